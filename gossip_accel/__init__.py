@@ -1,0 +1,1 @@
+"""gossip_accel."""

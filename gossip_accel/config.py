@@ -1,0 +1,177 @@
+"""Structured configuration of the synchronizer (omegaconf).
+
+A YAML file such as::
+
+    sync:
+      algorithm: gossip_bmuf      # ma | bmuf | local_ma | local_bmuf | gossip_ma | gossip_bmuf
+      period: 16                  # default H_i of every component
+      p: 1                        # symmetric degree of the ring (Definition 1)
+      q: 1                        # gossip neighbours per round (q <= 2p; q = 2p is "local")
+      block_momentum: 0.9         # eta   (Algorithm 1 line 11)
+      block_lr: 1.0               # zeta  (Algorithm 1 line 11)
+      nesterov: true              # NBM (line 13) or CBM
+      components:
+        - {name: embedding, pattern: '^embedding\\.', period: 128, shards: 8}
+        - {name: rest}                # no pattern: everything else
+
+is loaded with :func:`load_sync_config`, which also takes dotlist overrides
+(``sync.period=8``). Unknown keys and wrong types are errors that name the key.
+
+Notation follows ``shared/papers/README.md``: eta = block momentum, zeta = block learning
+rate (in 001_3db6b3ddf1f13045.txt the two letters are swapped: there eq. 4 reads
+Delta_t = zeta Delta_{t-1} + eta G_t).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+ALGORITHMS = ("ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf")
+BUFFER_POLICIES = ("average", "local", "broadcast")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or inconsistent; the message names the key."""
+
+
+@dataclass
+class ComponentRule:
+    """Parameters whose full name matches ``pattern`` (``re.search``) form component ``name``.
+
+    A rule without ``pattern`` takes every parameter that no other rule matches (at most one
+    such rule); a parameter matched by two patterns is an error.
+
+    ``shards > 1`` row-shards every matched parameter (dim 0) into ``shards`` contiguous
+    pieces, each its own component ``name.shard{j}`` (section 3.2 of the gossip-BMUF paper
+    splits the embedding into 8 shards). ``period`` overrides ``sync.period`` (H_i).
+    """
+
+    name: str = "all"
+    pattern: Optional[str] = None
+    period: Optional[int] = None
+    shards: int = 1
+
+
+@dataclass
+class SyncConfig:
+    """Everything the :class:`~gossip_accel.sync.Synchronizer` needs (see docs/ALGORITHMS.md)."""
+
+    algorithm: str = "gossip_bmuf"
+    period: int = 16
+    p: Optional[int] = None
+    q: Optional[int] = None
+    block_momentum: Optional[float] = None
+    block_lr: float = 1.0
+    momentum_rule_c: float = 1.0
+    nesterov: bool = True
+    seed: int = 0
+    components: list[ComponentRule] = field(default_factory=lambda: [ComponentRule()])
+    buffers: str = "average"
+    warmup_steps: int = 0
+    warmup_period: int = 1
+    slots_on_cpu: bool = False
+    track_divergence: bool = True
+    broadcast_initial: bool = True
+    enabled: bool = True
+
+    # -- derived quantities ---------------------------------------------------------------
+    @property
+    def uses_bmuf(self) -> bool:
+        return self.algorithm.endswith("bmuf")
+
+    @property
+    def graph(self) -> str:
+        """``full`` for MA/BMUF, ``ring`` for the local and gossip variants."""
+        return "full" if self.algorithm in ("ma", "bmuf") else "ring"
+
+    def resolved_p(self, n: int) -> int:
+        """Symmetric degree; default ``max(1, round(log2 n) - 1)`` as in section 3.3."""
+        if self.p is not None:
+            return self.p
+        return max(1, int(round(math.log2(max(n, 2)))) - 1)
+
+    def resolved_q(self, n: int) -> int:
+        """Gossip neighbours; ``2p`` for local variants, else default ``min(p, 2)`` (section 3.3)."""
+        p = self.resolved_p(n)
+        if self.algorithm.startswith("local_"):
+            return 2 * p if self.q is None else self.q
+        return min(p, 2) if self.q is None else self.q
+
+    def resolved_block_momentum(self, n: int) -> float:
+        """eta; default from eq. (6) of 001 in project notation: zeta * n * (1 - eta) = C."""
+        from .algorithms.bmuf import block_momentum_from_rule
+
+        if self.block_momentum is not None:
+            return self.block_momentum
+        return block_momentum_from_rule(n, self.block_lr, self.momentum_rule_c)
+
+
+def validate(cfg: SyncConfig) -> None:
+    """Check values that omegaconf's typing cannot: raises :class:`ConfigError` naming the key."""
+    if cfg.algorithm not in ALGORITHMS:
+        raise ConfigError(
+            f"sync.algorithm={cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
+        )
+    if cfg.period < 1:
+        raise ConfigError(f"sync.period={cfg.period} must be >= 1 (a sync every H steps)")
+    if cfg.buffers not in BUFFER_POLICIES:
+        raise ConfigError(f"sync.buffers={cfg.buffers!r}; choose one of {', '.join(BUFFER_POLICIES)}")
+    if cfg.block_momentum is not None and not 0.0 <= cfg.block_momentum < 1.0:
+        raise ConfigError(f"sync.block_momentum={cfg.block_momentum} must be in [0, 1)")
+    if cfg.block_lr <= 0:
+        raise ConfigError(f"sync.block_lr={cfg.block_lr} must be > 0")
+    if cfg.warmup_steps < 0 or cfg.warmup_period < 1:
+        raise ConfigError("sync.warmup_steps must be >= 0 and sync.warmup_period >= 1")
+    if cfg.p is not None and cfg.p < 1:
+        raise ConfigError(f"sync.p={cfg.p} must be >= 1")
+    if cfg.q is not None and cfg.q < 1:
+        raise ConfigError(f"sync.q={cfg.q} must be >= 1")
+    if not cfg.components:
+        raise ConfigError("sync.components is empty; give at least one rule, e.g. {name: all}")
+    names = set()
+    for i, rule in enumerate(cfg.components):
+        key = f"sync.components[{i}]"
+        if rule.period is not None and rule.period < 1:
+            raise ConfigError(f"{key}.period={rule.period} must be >= 1")
+        if rule.shards < 1:
+            raise ConfigError(f"{key}.shards={rule.shards} must be >= 1")
+        if rule.name in names:
+            raise ConfigError(f"{key}.name={rule.name!r} is used twice")
+        names.add(rule.name)
+
+
+def load_sync_config(
+    source: Any = None, overrides: Sequence[str] = (), key: str = "sync"
+) -> SyncConfig:
+    """Build a validated :class:`SyncConfig`.
+
+    ``source`` may be ``None`` (defaults), a YAML path, a dict / DictConfig (either the sync
+    section itself or a whole config that has a ``sync`` key) or a SyncConfig.
+    ``overrides`` are omegaconf dotlist strings, with or without the ``sync.`` prefix.
+    """
+    schema = OmegaConf.structured(SyncConfig)
+    try:
+        if source is None:
+            loaded: Any = OmegaConf.create({})
+        elif isinstance(source, SyncConfig):
+            loaded = OmegaConf.structured(source)
+        elif isinstance(source, (dict, DictConfig)):
+            loaded = OmegaConf.create(source)
+        else:
+            loaded = OmegaConf.load(str(source))
+        if isinstance(loaded, DictConfig) and key in loaded:
+            loaded = loaded[key]
+        stripped = [o[len(key) + 1:] if o.startswith(key + ".") else o for o in overrides]
+        merged = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(list(stripped)))
+        cfg: SyncConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except FileNotFoundError as e:
+        raise ConfigError(f"sync config file not found: {source}") from e
+    except OmegaConfBaseException as e:
+        where = f" in {source}" if isinstance(source, str) else ""
+        raise ConfigError(f"bad sync config{where}: {e}".strip()) from e
+    validate(cfg)
+    return cfg

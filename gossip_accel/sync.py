@@ -1,0 +1,299 @@
+"""The Synchronizer: periodic, per-component model synchronization (Algorithm 1).
+
+Use it after every optimizer step::
+
+    sync = Synchronizer(model, "conf/sync.yaml", overrides=["sync.period=8"])
+    with sync:                       # exit = final average over all workers (line 20)
+        for batch in loader:
+            loss = model(batch); loss.backward(); opt.step(); opt.zero_grad()
+            sync.step()              # lines 6-17 for every component that is due
+
+Each worker trains its own replica (no gradient all-reduce); every H_i steps component i is
+averaged over all workers (MA/BMUF) or over the node and q random ring neighbours
+(gossip/local, Definition 1), then the update rule of ``sync.algorithm`` is applied. For
+Accelerate's DDP-wrapped models use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`,
+which also switches off DDP's gradient all-reduce.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .algorithms import BMUFSlots, new_local_model
+from .comm import Communicator, Exchange
+from .components import Component, split_buffers, split_components
+from .config import ConfigError, SyncConfig, load_sync_config
+from .schedule import event_at
+from .topology import RingTopology, make_topology
+
+STATE_VERSION = 1
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DDP / torch.compile wrappers (parameter names without ``module.``)."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
+        else:
+            return model
+
+
+class Synchronizer:
+    """Owns components, BMUF slots, receive buffers and the step counter of one worker.
+
+    Memory: BMUF keeps two fp32 slots (omega, Delta) of the model's size, on the parameters'
+    device or on the CPU with ``sync.slots_on_cpu``; gossip/local keep q receive buffers per
+    component; every component has one flat work buffer. All are allocated here, once.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any = None,
+        overrides: Sequence[str] = (),
+        process_group: Optional[dist.ProcessGroup] = None,
+    ):
+        self.cfg: SyncConfig = load_sync_config(config, overrides)
+        self.model = unwrap_model(model)
+        self.components: list[Component] = split_components(
+            self.model.named_parameters(), self.cfg.components, self.cfg.period
+        )
+        self.buffers: Optional[Component] = None
+        if self.cfg.buffers != "local":
+            self.buffers = split_buffers(
+                self.model.named_buffers(), min(c.period for c in self.components)
+            )
+        self.t = 0
+        self.finalized = False
+        self.divergence: dict[str, float] = {}
+
+        distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size(process_group) if distributed else 1
+        self.rank = dist.get_rank(process_group) if distributed else 0
+        self.active = self.cfg.enabled and self.world_size > 1
+        if self.cfg.enabled and self.world_size == 1:
+            warnings.warn(
+                "gossip_accel: a single process (world size 1): nothing to synchronize, "
+                "training is plain local training",
+                stacklevel=2,
+            )
+        self.block_momentum = self.cfg.resolved_block_momentum(self.world_size)
+        self.slots: dict[str, BMUFSlots] = {}
+        self._staging: dict[str, torch.Tensor] = {}
+        self._recv: dict[str, list[torch.Tensor]] = {}
+        if not self.active:
+            self.comm = None
+            self.topology = None
+            return
+
+        self.comm = Communicator(process_group)
+        n = self.world_size
+        self.topology = make_topology(
+            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed
+        )
+        if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
+            for comp in self._all_components():
+                comp.gather()
+                self.comm.broadcast(comp.name, comp.flat, src=0)
+                comp.scatter()
+        slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
+        for comp in self.components:
+            if self.cfg.uses_bmuf:
+                self.slots[comp.name] = BMUFSlots.start_from(comp.gather(), slot_device)
+                if self.slots[comp.name].omega.device != comp.flat.device:
+                    self._staging[comp.name] = torch.empty_like(self.slots[comp.name].omega)
+            if isinstance(self.topology, RingTopology):
+                self._recv[comp.name] = [torch.empty_like(comp.flat) for _ in range(self.topology.q)]
+
+    # -- the training-loop API -------------------------------------------------------------
+    def step(self) -> None:
+        """Call once per optimizer step: synchronizes the components that are due."""
+        self.t += 1
+        if not self.active:
+            return
+        cfg = self.cfg
+        due = []
+        for comp in self.components:
+            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period)
+            if ev is not None:
+                due.append((comp, ev))
+        gossip = isinstance(self.topology, RingTopology)
+        ring = [(c, e) for c, e in due if gossip and e.kind == "sync"]
+        full = [(c, e) for c, e in due if not (gossip and e.kind == "sync")]
+        for comp, ev in full:
+            comp.gather()
+            self.comm.allreduce_mean(comp.name, comp.flat)
+            self._apply(comp, ev.kind)
+        if ring:
+            self._gossip_round(ring)
+        if self.buffers is not None and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period):
+            self._sync_buffers()
+
+    def finalize(self) -> None:
+        """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal."""
+        if self.active and not self.finalized:
+            for comp in self.components:
+                comp.gather()
+                self.comm.allreduce_mean(comp.name, comp.flat)
+                comp.scatter()
+            if self.buffers is not None:
+                self._sync_buffers()
+        self.finalized = True
+
+    def __enter__(self) -> "Synchronizer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finalize()
+
+    # -- internals -----------------------------------------------------------------------
+    def _all_components(self) -> list[Component]:
+        return self.components + ([self.buffers] if self.buffers is not None else [])
+
+    def _gossip_round(self, due: list) -> None:
+        """Algorithm 1 lines 7-8 for all due components in one batched exchange."""
+        items = []
+        for comp, ev in due:
+            plan = self.topology.plan(comp.index, ev.round)
+            comp.gather()
+            items.append(Exchange(
+                comp.name, comp.index, comp.flat, plan.send_to[self.rank],
+                plan.recv_from[self.rank], self._recv[comp.name],
+            ))
+        self.comm.exchange(items)
+        for (comp, ev), it in zip(due, items):
+            for rbuf in it.recv_buffers:
+                comp.flat.add_(rbuf)
+            comp.flat.div_(len(it.recv_buffers) + 1)
+            self._apply(comp, ev.kind)
+
+    def _apply(self, comp: Component, kind: str) -> None:
+        """comp.flat holds theta_bar: record divergence, apply the rule, write the parameters."""
+        if self.cfg.track_divergence:
+            self.divergence[comp.name] = self._relative_distance(comp)
+        slots = self.slots.get(comp.name)
+        bar = comp.flat
+        staging = self._staging.get(comp.name)
+        if staging is not None:
+            bar = staging.copy_(comp.flat)
+        new = new_local_model(kind, bar, slots, self.block_momentum, self.cfg.block_lr, self.cfg.nesterov)
+        comp.scatter(new if new.device == comp.flat.device else comp.flat.copy_(new))
+
+    @staticmethod
+    def _relative_distance(comp: Component) -> float:
+        """||theta_local - theta_bar|| / ||theta_bar|| of the component (worker divergence)."""
+        sq, off = 0.0, 0
+        for piece in comp.pieces:
+            n = piece.view.numel()
+            sq += float(torch.sum((piece.view.reshape(-1).float() - comp.flat[off:off + n]) ** 2))
+            off += n
+        return math.sqrt(sq) / (float(torch.linalg.vector_norm(comp.flat)) + 1e-12)
+
+    def _sync_buffers(self) -> None:
+        comp = self.buffers
+        comp.gather()
+        if self.cfg.buffers == "average":
+            self.comm.allreduce_mean(comp.name, comp.flat)
+        else:
+            self.comm.broadcast(comp.name, comp.flat, src=0)
+        comp.scatter()
+
+    # -- metrics and state ---------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """Scalars for TensorBoard: bytes, seconds and rounds per component and in total."""
+        out: dict[str, float] = {"sync/step": float(self.t)}
+        if self.comm is None:
+            return out
+        for name, c in self.comm.stats.per_component.items():
+            out[f"sync/bytes_sent/{name}"] = c.bytes_sent
+            out[f"sync/bytes_recv/{name}"] = c.bytes_recv
+            out[f"sync/seconds/{name}"] = c.seconds
+        total = self.comm.stats.total()
+        out.update({
+            "sync/bytes_sent": total.bytes_sent,
+            "sync/bytes_recv": total.bytes_recv,
+            "sync/seconds": total.seconds,
+            "sync/calls": float(total.calls),
+        })
+        for name, d in self.divergence.items():
+            out[f"sync/divergence/{name}"] = d
+        if self.divergence:
+            out["sync/divergence"] = sum(self.divergence.values()) / len(self.divergence)
+        return out
+
+    def bytes_per_step(self) -> float:
+        """Mean bytes sent per optimizer step by this worker so far."""
+        return self.comm.stats.total().bytes_sent / max(self.t, 1) if self.comm else 0.0
+
+    def state_dict(self) -> dict:
+        """Step counter, BMUF slots, sampler state and counters (this worker's; ranks differ)."""
+        return {
+            "version": STATE_VERSION,
+            "t": self.t,
+            "algorithm": self.cfg.algorithm,
+            "seed": self.cfg.seed,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "components": {c.name: c.numel for c in self.components},
+            "slots": {k: {"omega": s.omega.detach().cpu().clone(), "delta": s.delta.detach().cpu().clone()}
+                      for k, s in self.slots.items()},
+            "comm": self.comm.stats.state_dict() if self.comm else {},
+            "divergence": dict(self.divergence),
+            "finalized": self.finalized,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key."""
+        for key, mine in (("algorithm", self.cfg.algorithm), ("seed", self.cfg.seed),
+                          ("world_size", self.world_size), ("rank", self.rank),
+                          ("components", {c.name: c.numel for c in self.components})):
+            if state.get(key) != mine:
+                raise ConfigError(
+                    f"synchronizer checkpoint has {key}={state.get(key)!r} but this run has {mine!r}; "
+                    "resume with the same sync config and number of processes"
+                )
+        if set(state["slots"]) != set(self.slots):
+            raise ConfigError(
+                f"synchronizer checkpoint holds slots for {sorted(state['slots'])}, this run needs {sorted(self.slots)}"
+            )
+        self.t = int(state["t"])
+        for name, s in state["slots"].items():
+            self.slots[name].omega.copy_(s["omega"])
+            self.slots[name].delta.copy_(s["delta"])
+        if self.comm is not None:
+            self.comm.stats.load_state_dict(state.get("comm", {}))
+        self.divergence = dict(state.get("divergence", {}))
+        self.finalized = bool(state.get("finalized", False))
+
+
+class SyncedOptimizer:
+    """An optimizer whose ``step()`` also runs ``synchronizer.step()``.
+
+    For loops that prefer one object: ``opt = SyncedOptimizer(opt, sync)``. Everything else
+    (``zero_grad``, ``param_groups``, ...) is the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer: Any, synchronizer: Synchronizer):
+        self.optimizer = optimizer
+        self.synchronizer = synchronizer
+
+    def step(self, *args, **kwargs):
+        out = self.optimizer.step(*args, **kwargs)
+        self.synchronizer.step()
+        return out
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "synchronizer": self.synchronizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.synchronizer.load_state_dict(state["synchronizer"])
+
+    def __getattr__(self, name: str):
+        return getattr(self.optimizer, name)

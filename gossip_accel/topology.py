@@ -1,0 +1,105 @@
+"""Communication graphs and the seeded neighbour sampling of gossip rounds.
+
+* :class:`RingTopology` is the k-symmetric ring of Definition 1 (000_07fa007f7f1023ae.txt):
+  node i is connected to (i-1)%n, ..., (i-k)%n, (i+1)%n, ..., (i+k)%n.
+* In every sync round of component c each node k draws ``q`` of its ``2p`` neighbours
+  (Algorithm 1, line 7). The draw is a pure function of (seed, component, round, node),
+  so every rank computes every node's choice without communicating, and therefore also
+  knows to whom it must send. ``q == 2p`` selects all neighbours ("local" variants).
+* :class:`FullTopology` is the fully connected graph: the average over all n nodes
+  (classic MA / BMUF).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class TopologyError(ValueError):
+    """An impossible graph: the message says which parameter to change."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Who talks to whom in one round of one component.
+
+    ``recv_from[k]``: the nodes whose copies node k averages with its own (sorted).
+    ``send_to[k]``:   the nodes that chose k, i.e. to which k must send its copy (sorted).
+    """
+
+    recv_from: tuple[tuple[int, ...], ...]
+    send_to: tuple[tuple[int, ...], ...]
+
+
+class FullTopology:
+    """Every node averages with all others (MA/BMUF); one all-reduce per round."""
+
+    is_full = True
+
+    def __init__(self, n: int):
+        if n < 1:
+            raise TopologyError(f"number of workers n={n} must be >= 1")
+        self.n = n
+
+
+class RingTopology:
+    """p-symmetric ring of Definition 1 with q random neighbours per round (Algorithm 1)."""
+
+    is_full = False
+
+    def __init__(self, n: int, p: int, q: int, seed: int = 0):
+        if n < 2:
+            raise TopologyError(
+                f"gossip/local algorithms need n >= 2 workers (got n={n}); "
+                "use sync.algorithm=ma/bmuf or run more processes"
+            )
+        if p < 1:
+            raise TopologyError(f"symmetric degree p={p} must be >= 1")
+        if 2 * p >= n:
+            raise TopologyError(
+                f"2p >= n (p={p}, n={n}): the ring would connect a node to itself or twice; "
+                f"use p <= {(n - 1) // 2} for n={n} (or sync.algorithm=bmuf for all-to-all)"
+            )
+        if not 1 <= q <= 2 * p:
+            raise TopologyError(f"q={q} must satisfy 1 <= q <= 2p = {2 * p} (p={p})")
+        self.n, self.p, self.q, self.seed = n, p, q, seed
+
+    def neighbours(self, k: int) -> tuple[int, ...]:
+        """All 2p neighbours of node k, in the order (k-1, ..., k-p, k+1, ..., k+p) % n."""
+        n, p = self.n, self.p
+        return tuple((k - d) % n for d in range(1, p + 1)) + tuple((k + d) % n for d in range(1, p + 1))
+
+    def choose(self, k: int, component: int, round_: int) -> tuple[int, ...]:
+        """The q neighbours node k averages with in ``round_`` of ``component`` (sorted).
+
+        Uses numpy's SeedSequence on (seed, component, round, k): identical on every rank,
+        independent across nodes, components and rounds.
+        """
+        nbrs = self.neighbours(k)
+        if self.q == len(nbrs):
+            return tuple(sorted(nbrs))
+        rng = np.random.default_rng([self.seed, component, round_, k])
+        picked = rng.choice(len(nbrs), size=self.q, replace=False)
+        return tuple(sorted(nbrs[i] for i in picked))
+
+    def plan(self, component: int, round_: int) -> Plan:
+        """Choices of all nodes in one round, and the senders' view of them."""
+        recv = tuple(self.choose(k, component, round_) for k in range(self.n))
+        send: list[list[int]] = [[] for _ in range(self.n)]
+        for k, chosen in enumerate(recv):
+            for j in chosen:
+                send[j].append(k)
+        return Plan(recv_from=recv, send_to=tuple(tuple(sorted(s)) for s in send))
+
+
+def make_topology(algorithm: str, n: int, p: int, q: int, seed: int):
+    """Topology for a configured algorithm: full graph for ma/bmuf, ring otherwise."""
+    if algorithm in ("ma", "bmuf"):
+        return FullTopology(n)
+    if algorithm.startswith("local_") and q != 2 * p:
+        raise TopologyError(
+            f"{algorithm} averages with all 2p={2 * p} ring neighbours, but q={q}; "
+            f"drop sync.q or use gossip_{algorithm[len('local_'):]} for q < 2p"
+        )
+    return RingTopology(n, p, q, seed)
