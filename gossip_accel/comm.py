@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -84,6 +85,15 @@ class Communicator:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.stats = CommStats()
+
+    @contextmanager
+    def accounting(self, stats: CommStats):
+        """Count the traffic of the enclosed calls in ``stats`` instead of ``self.stats``."""
+        saved, self.stats = self.stats, stats
+        try:
+            yield stats
+        finally:
+            self.stats = saved
 
     def _global(self, group_rank: int) -> int:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .algorithms import BMUFSlots, new_local_model
-from .comm import Communicator, Exchange
+from .comm import CommStats, Communicator, Exchange
 from .components import Component, split_buffers, split_components
 from .config import ConfigError, SyncConfig, load_sync_config
 from .schedule import event_at
@@ -92,15 +92,18 @@ class Synchronizer:
             return
 
         self.comm = Communicator(process_group)
+        # the initial broadcast and the final average are one-offs, kept out of the per-step counters
+        self.oneoff_stats = CommStats()
         n = self.world_size
         self.topology = make_topology(
             self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed
         )
         if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
-            for comp in self._all_components():
-                comp.gather()
-                self.comm.broadcast(comp.name, comp.flat, src=0)
-                comp.scatter()
+            with self.comm.accounting(self.oneoff_stats):
+                for comp in self._all_components():
+                    comp.gather()
+                    self.comm.broadcast(comp.name, comp.flat, src=0)
+                    comp.scatter()
         slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
         for comp in self.components:
             if self.cfg.uses_bmuf:
@@ -137,12 +140,13 @@ class Synchronizer:
     def finalize(self) -> None:
         """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal."""
         if self.active and not self.finalized:
-            for comp in self.components:
-                comp.gather()
-                self.comm.allreduce_mean(comp.name, comp.flat)
-                comp.scatter()
-            if self.buffers is not None:
-                self._sync_buffers()
+            with self.comm.accounting(self.oneoff_stats):
+                for comp in self.components:
+                    comp.gather()
+                    self.comm.allreduce_mean(comp.name, comp.flat)
+                    comp.scatter()
+                if self.buffers is not None:
+                    self._sync_buffers()
         self.finalized = True
 
     def __enter__(self) -> "Synchronizer":
@@ -206,7 +210,11 @@ class Synchronizer:
 
     # -- metrics and state ---------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
-        """Scalars for TensorBoard: bytes, seconds and rounds per component and in total."""
+        """Scalars for TensorBoard: bytes, seconds and rounds per component and in total.
+
+        ``sync/bytes_*`` count the periodic synchronization only; the initial broadcast and
+        the final average are in ``sync/oneoff_bytes_*``.
+        """
         out: dict[str, float] = {"sync/step": float(self.t)}
         if self.comm is None:
             return out
@@ -220,6 +228,8 @@ class Synchronizer:
             "sync/bytes_recv": total.bytes_recv,
             "sync/seconds": total.seconds,
             "sync/calls": float(total.calls),
+            "sync/oneoff_bytes_sent": self.oneoff_stats.total().bytes_sent,
+            "sync/oneoff_bytes_recv": self.oneoff_stats.total().bytes_recv,
         })
         for name, d in self.divergence.items():
             out[f"sync/divergence/{name}"] = d

@@ -48,14 +48,23 @@ def batch(seed: int, rank: int, step: int, size: int = 16) -> tuple[torch.Tensor
     return ids, _teacher(ids)
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, seed: int, rank: int, step: int) -> float:
-    """One local SGD step (Algorithm 1, lines 3-5) on worker ``rank``'s data; returns the loss."""
-    ids, y = batch(seed, rank, step)
-    loss = torch.nn.functional.mse_loss(model(ids), y)
+def train_step(
+    model: nn.Module, opt: torch.optim.Optimizer, seed: int, rank: int, step: int, accum: int = 1
+) -> float:
+    """One local optimizer step (Algorithm 1, lines 3-5) on worker ``rank``'s data.
+
+    With ``accum > 1`` the step accumulates gradients of micro-batches
+    ``(step-1)*accum+1 .. step*accum``. Returns the mean loss.
+    """
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    total = 0.0
+    for micro in range((step - 1) * accum + 1, step * accum + 1):
+        ids, y = batch(seed, rank, micro)
+        loss = torch.nn.functional.mse_loss(model(ids), y) / accum
+        loss.backward()
+        total += float(loss.detach())
     opt.step()
-    return float(loss.detach())
+    return total
 
 
 @torch.no_grad()

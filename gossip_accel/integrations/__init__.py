@@ -1,0 +1,1 @@
+"""Glue to training frameworks: Accelerate (DDP) now; DeepSpeed and hierarchical later."""
