@@ -1,0 +1,1 @@
+"""Command-line entry points called by the recipes (python -m gossip_accel.bin.<name>)."""

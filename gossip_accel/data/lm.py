@@ -1,0 +1,111 @@
+"""Language-model token streams in the wikitext layout (one paragraph per line, <eos> per line).
+
+The vocabulary is sorted by descending training frequency (ids 0.. are the most frequent
+words), which is what an adaptive softmax needs: its head is the first ``cutoffs[0]`` ids.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+UNK, EOS = "<unk>", "<eos>"
+
+
+class Vocabulary:
+    """Word <-> id, with counts; ``<unk>`` and ``<eos>`` always present."""
+
+    def __init__(self, words: Sequence[str], counts: Sequence[int]):
+        self.words = list(words)
+        self.counts = list(counts)
+        self.index = {w: i for i, w in enumerate(self.words)}
+        for special in (UNK, EOS):
+            if special not in self.index:
+                raise ValueError(f"vocabulary lacks {special}")
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    @classmethod
+    def build(cls, lines: Iterator[list[str]], min_count: int = 1, max_size: int | None = None) -> "Vocabulary":
+        """Words seen at least ``min_count`` times (the rest map to <unk>), most frequent first."""
+        counts: Counter[str] = Counter()
+        for toks in lines:
+            counts.update(toks)
+        counts[EOS] += 0
+        kept = [(w, c) for w, c in counts.items() if c >= min_count or w in (UNK, EOS)]
+        kept.sort(key=lambda wc: (-wc[1], wc[0]))
+        if max_size is not None:
+            kept = kept[:max_size]
+        dropped = sum(counts.values()) - sum(c for _, c in kept)
+        words = [w for w, _ in kept]
+        freq = [c for _, c in kept]
+        if UNK in words:
+            freq[words.index(UNK)] += dropped
+        else:
+            words.append(UNK)
+            freq.append(dropped)
+        if EOS not in words:
+            words.append(EOS)
+            freq.append(0)
+        return cls(words, freq)
+
+    def save(self, path: str | Path) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            for w, c in zip(self.words, self.counts):
+                f.write(f"{w} {c}\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Vocabulary":
+        words, counts = [], []
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    raise ValueError(f"{path}:{lineno}: expected '<word> <count>', got {line.rstrip()!r}")
+                words.append(parts[0])
+                counts.append(int(parts[1]))
+        return cls(words, counts)
+
+    def encode(self, lines: Iterator[list[str]]) -> torch.Tensor:
+        unk = self.index[UNK]
+        return torch.tensor([self.index.get(w, unk) for toks in lines for w in toks], dtype=torch.long)
+
+
+def read_lines(path: str | Path) -> Iterator[list[str]]:
+    """Tokens of each non-empty line of a wikitext-style file, followed by <eos>."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"LM text file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            toks = line.split()
+            if toks:
+                yield toks + [EOS]
+
+
+def shard(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Worker ``rank``'s contiguous 1/n of the stream (D^k of Algorithm 1); equal lengths."""
+    per = ids.numel() // world_size
+    return ids[rank * per:(rank + 1) * per]
+
+
+def batchify(ids: torch.Tensor, streams: int) -> torch.Tensor:
+    """(streams, L) matrix of parallel token streams (the tail that does not fit is dropped)."""
+    length = ids.numel() // streams
+    if length < 2:
+        raise ValueError(f"{ids.numel()} tokens are too few for {streams} streams")
+    return ids[:streams * length].view(streams, length)
+
+
+def bptt_windows(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """(input, target) windows of truncated back-propagation through time."""
+    for i in range(0, data.shape[1] - 1, bptt):
+        n = min(bptt, data.shape[1] - 1 - i)
+        yield data[:, i:i + n], data[:, i + 1:i + 1 + n]
+
+
+def num_windows(data: torch.Tensor, bptt: int) -> int:
+    return len(range(0, data.shape[1] - 1, bptt))
