@@ -61,7 +61,10 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
       -m gossip_accel.bin.train_lm --config $conf --exp-dir $dir \
       data.dir=$data train.epochs=$epochs "${sync_args[@]}" ${extra[@]+"${extra[@]}"} 2>&1 \
       | tee $dir/train.log | grep --line-buffered '^\[train_lm\]' || true
-    [ -f $dir/summary.json ] || die "training '$algo' failed; see $dir/train.log"
+    if [ ! -f $dir/summary.json ]; then
+      grep -E '^[^ ]*(Error|error:)|rror: ' $dir/train.log | grep -v Warning | sort -u | tail -n 5 >&2 || true
+      die "training '$algo' failed; see $dir/train.log"
+    fi
     touch $dir/.done
   done
 fi

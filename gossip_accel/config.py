@@ -24,9 +24,11 @@ Delta_t = zeta Delta_{t-1} + eta G_t).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -122,6 +124,10 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.buffers={cfg.buffers!r}; choose one of {', '.join(BUFFER_POLICIES)}")
     if cfg.block_momentum is not None and not 0.0 <= cfg.block_momentum < 1.0:
         raise ConfigError(f"sync.block_momentum={cfg.block_momentum} must be in [0, 1)")
+    if cfg.momentum_rule_c <= 0:
+        raise ConfigError(f"sync.momentum_rule_c={cfg.momentum_rule_c} must be > 0 (C of eq. 6 of 001)")
+    if cfg.seed < 0:
+        raise ConfigError(f"sync.seed={cfg.seed} must be >= 0")
     if cfg.block_lr <= 0:
         raise ConfigError(f"sync.block_lr={cfg.block_lr} must be > 0")
     if cfg.warmup_steps < 0 or cfg.warmup_period < 1:
@@ -142,6 +148,24 @@ def validate(cfg: SyncConfig) -> None:
         if rule.name in names:
             raise ConfigError(f"{key}.name={rule.name!r} is used twice")
         names.add(rule.name)
+
+
+def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """Apply ``key=value`` dotlist overrides in place; list items by index work too.
+
+    ``sync.components.0.period=64`` and ``sync.components[0].period=64`` both address the first
+    component rule. Values are parsed as YAML (``true``, ``8``, ``[1, 2]``, ``null``). A key
+    that the schema does not know, or a value of the wrong type, raises :class:`ConfigError`.
+    """
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        try:
+            OmegaConf.update(cfg, key.strip(), yaml.safe_load(value) if value else None, merge=True)
+        except (OmegaConfBaseException, ValueError, TypeError, IndexError) as e:
+            raise ConfigError(f"override {item!r}: {e}".strip()) from e
+    return cfg
 
 
 def load_sync_config(
@@ -166,12 +190,14 @@ def load_sync_config(
         if isinstance(loaded, DictConfig) and key in loaded:
             loaded = loaded[key]
         stripped = [o[len(key) + 1:] if o.startswith(key + ".") else o for o in overrides]
-        merged = OmegaConf.merge(schema, loaded, OmegaConf.from_dotlist(list(stripped)))
+        merged = apply_overrides(OmegaConf.merge(schema, loaded), stripped)
         cfg: SyncConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except FileNotFoundError as e:
         raise ConfigError(f"sync config file not found: {source}") from e
-    except OmegaConfBaseException as e:
-        where = f" in {source}" if isinstance(source, str) else ""
+    except IsADirectoryError as e:
+        raise ConfigError(f"sync config {source} is a directory; give a YAML file") from e
+    except (OmegaConfBaseException, TypeError, yaml.YAMLError) as e:
+        where = f" in {source}" if isinstance(source, (str, os.PathLike)) else ""
         raise ConfigError(f"bad sync config{where}: {e}".strip()) from e
     validate(cfg)
     return cfg

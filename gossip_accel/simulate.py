@@ -38,7 +38,7 @@ class SimulatedCluster:
         self.topology = make_topology(cfg.algorithm, n, cfg.resolved_p(n), cfg.resolved_q(n), cfg.seed) if n > 1 else None
         self.block_momentum = cfg.resolved_block_momentum(n)
         self.t = 0
-        if cfg.broadcast_initial:
+        if cfg.enabled and cfg.broadcast_initial:
             for k in range(1, n):
                 for src, dst in zip(self._with_buffers(0), self._with_buffers(k)):
                     dst.scatter(src.gather())
@@ -90,7 +90,7 @@ class SimulatedCluster:
 
     def finalize(self) -> None:
         """Every replica <- the average of all replicas (Algorithm 1, line 20)."""
-        if self.n == 1:
+        if self.n == 1 or not self.cfg.enabled:
             return
         for ci in range(len(self.comps[0])):
             mean = torch.stack([self.comps[k][ci].gather().clone() for k in range(self.n)]).mean(0)

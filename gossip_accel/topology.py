@@ -57,9 +57,11 @@ class RingTopology:
         if p < 1:
             raise TopologyError(f"symmetric degree p={p} must be >= 1")
         if 2 * p >= n:
+            fix = (f"use sync.p <= {(n - 1) // 2} for n={n}" if n >= 3 else
+                   f"a ring needs n >= 3 workers, this run has {n}")
             raise TopologyError(
                 f"2p >= n (p={p}, n={n}): the ring would connect a node to itself or twice; "
-                f"use p <= {(n - 1) // 2} for n={n} (or sync.algorithm=bmuf for all-to-all)"
+                f"{fix} (or sync.algorithm=ma/bmuf, which average over all workers)"
             )
         if not 1 <= q <= 2 * p:
             raise TopologyError(f"q={q} must satisfy 1 <= q <= 2p = {2 * p} (p={p})")

@@ -210,3 +210,27 @@ def test_uses_bmuf_and_graph():
     for algo, (bmuf, graph) in expect.items():
         cfg = load_sync_config(None, [f"sync.algorithm={algo}"])
         assert (cfg.uses_bmuf, cfg.graph) == (bmuf, graph)
+
+
+# -- values that validate() must reject (library bugs at the time of writing) ----------------------
+@pytest.mark.parametrize("c", ["0", "0.0", "-1.0"])
+def test_nonpositive_momentum_rule_c_is_an_error(c):
+    # zeta*n*(1-eta) = C with C <= 0 gives eta = 1 - C/(n*zeta) >= 1: an unbounded block
+    # momentum that sync.block_momentum=1.0 itself is refused for (see test_block_momentum_one)
+    msg = err(overrides=["sync.algorithm=bmuf", f"sync.momentum_rule_c={c}"])
+    assert "sync.momentum_rule_c" in msg
+
+
+def test_every_valid_config_resolves_block_momentum_below_one():
+    for c in (0.5, 1.0, 3.0, 100.0):
+        cfg = load_sync_config(None, ["sync.algorithm=bmuf", f"sync.momentum_rule_c={c}"])
+        for n in (1, 2, 4, 8, 64):
+            assert 0.0 <= cfg.resolved_block_momentum(n) < 1.0
+
+
+def test_negative_seed_is_an_error():
+    # the neighbour draw seeds numpy's SeedSequence with (seed, component, round, node), which
+    # refuses negative entropy: a negative seed must be refused up front, naming the key,
+    # instead of failing with numpy's "expected non-negative integer" at the first gossip round
+    msg = err(overrides=["sync.algorithm=gossip_bmuf", "sync.seed=-1"])
+    assert "sync.seed" in msg

@@ -19,9 +19,17 @@ echo "[setup_env] creating/updating $venv (pinned versions from requirements.txt
 "$python" -c 'import sys; assert sys.version_info >= (3, 10), "gossip_accel needs Python >= 3.10"' \
   || { echo "[setup_env] ERROR: $python is too old; set PYTHON=/path/to/python3.10+" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade "pip>=24" >&2
-"$venv/bin/python" -m pip install --quiet -r "$root/requirements.txt" >&2
-"$venv/bin/python" -m pip install --quiet --no-deps -e "$root" >&2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+pip_install() {  # pip, minus the noise of this machine's unused local index entries
+  local rc=0
+  "$venv/bin/python" -m pip install --quiet "$@" >"$log" 2>&1 || rc=$?
+  grep -v "is ignored: it is neither a file nor a directory" "$log" >&2 || true
+  return $rc
+}
+pip_install --upgrade "pip>=24"
+pip_install -r "$root/requirements.txt"
+pip_install --no-deps -e "$root"
 "$venv/bin/python" - <<'PY' >&2
 import torch, torchaudio, accelerate, omegaconf, sentencepiece, kaldiio  # noqa: F401
 print(f"[setup_env] ok: torch {torch.__version__}, torchaudio {torchaudio.__version__}, accelerate {accelerate.__version__}")

@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from .. import shutdown
 from ..comm import Counter
-from ..config import ConfigError
+from ..config import ConfigError, apply_overrides
 from ..data.lm import Vocabulary, batchify, bptt_windows, num_windows, read_lines, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
 
@@ -81,10 +81,10 @@ def load_conf(path: Optional[str], overrides: list[str]) -> LMConf:
     try:
         base = OmegaConf.structured(LMConf)
         loaded = OmegaConf.load(path) if path else OmegaConf.create({})
-        return OmegaConf.merge(base, loaded, OmegaConf.from_dotlist(overrides))  # type: ignore[return-value]
+        return apply_overrides(OmegaConf.merge(base, loaded), overrides)  # type: ignore[return-value]
     except FileNotFoundError as e:
         raise ConfigError(f"config file not found: {path}") from e
-    except OmegaConfBaseException as e:
+    except (OmegaConfBaseException, TypeError) as e:
         raise ConfigError(f"bad config {path or ''}: {e}") from e
 
 
@@ -141,6 +141,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     torch.manual_seed(conf.train.seed)
     m = conf.model
+    if not 0 < m.projection_size < m.hidden_size:
+        raise ConfigError(f"model.projection_size={m.projection_size} must be in (0, model.hidden_size={m.hidden_size})")
     cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
     model = LSTMPLanguageModel(len(vocab), cutoffs, m.embedding_dim, m.hidden_size, m.projection_size,
                                m.num_layers, m.dropout, m.div_value)

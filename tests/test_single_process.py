@@ -1,0 +1,37 @@
+"""Without torch.distributed (or with one process) the synchronizer is a warned no-op."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gossip_accel import ConfigError, SyncedOptimizer, Synchronizer, toy
+
+
+def test_single_process_warns_and_trains_locally():
+    model = toy.ToyModel(seed=0)
+    with pytest.warns(UserWarning, match="single process"):
+        sync = Synchronizer(model, {"components": toy.TOY_COMPONENTS, "period": 2})
+    opt = SyncedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), sync)
+    with sync:
+        losses = [toy.train_step(model, opt, 0, 0, t) for t in range(1, 41)]
+    assert sync.t == 40
+    assert sum(losses[-10:]) < sum(losses[:10])
+    assert sync.metrics()["sync/step"] == 40.0
+    state = opt.state_dict()
+    assert state["synchronizer"]["t"] == 40 and "optimizer" in state
+
+
+def test_state_from_another_setup_is_refused():
+    model = toy.ToyModel(seed=0)
+    with pytest.warns(UserWarning):
+        sync = Synchronizer(model, {"algorithm": "bmuf"})
+    state = sync.state_dict()
+    state["algorithm"] = "gossip_bmuf"
+    with pytest.raises(ConfigError, match="algorithm"):
+        sync.load_state_dict(state)
+
+
+def test_bad_component_rule_names_parameter():
+    model = toy.ToyModel(seed=0)
+    with pytest.raises(ConfigError, match="hidden.weight"):
+        Synchronizer(model, {"components": [{"name": "a", "pattern": "weight"}, {"name": "b", "pattern": "hidden"}]})
