@@ -1,0 +1,124 @@
+"""Bytes per step per worker of every algorithm on the quick-start LM, measured against analytic.
+
+    .venv/bin/python bench/sync_traffic.py [--workers 4] [--steps 256] [--json bench/results/sync_traffic.json]
+
+Spawns real gloo workers holding the quick-start model (conf/quickstart_lm.yaml, vocabulary
+of the embedded wiki_mini text). For each setting it runs ``--steps`` synchronizer steps
+(the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
+baseline, real backward passes with the counting all-reduce hook. It prints a table and
+writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
+local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from omegaconf import OmegaConf
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gossip_accel import Synchronizer, shutdown  # noqa: E402
+from gossip_accel.comm import Counter, ring_allreduce_bytes  # noqa: E402
+from gossip_accel.config import load_sync_config  # noqa: E402
+from gossip_accel.data.lm import Vocabulary, read_lines  # noqa: E402
+from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  # noqa: E402
+
+CONF = ROOT / "conf" / "quickstart_lm.yaml"
+SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
+    "ma-(8)": ["algorithm=ma", "period=8", "components.0.period=8"],
+    "bmuf-(8)": ["algorithm=bmuf", "period=8", "components.0.period=8"],
+    "bmuf-(16,128)": ["algorithm=bmuf"],
+    "local_bmuf-(16,128)": ["algorithm=local_bmuf", "q=null"],
+    "gossip_bmuf-(8)": ["algorithm=gossip_bmuf", "period=8", "components.0.period=8"],
+    "gossip_bmuf-(16,128)": ["algorithm=gossip_bmuf"],
+}
+
+
+def build_model() -> torch.nn.Module:
+    conf = OmegaConf.load(CONF)
+    vocab = Vocabulary.build(read_lines(ROOT / "local/data/wiki_mini/wiki.train.tokens"), min_count=3)
+    m = conf.model
+    cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
+    torch.manual_seed(0)
+    return LSTMPLanguageModel(len(vocab), cutoffs, m.embedding_dim, m.hidden_size, m.projection_size,
+                              m.num_layers, m.dropout, m.div_value)
+
+
+def analytic(sync: Synchronizer, n: int) -> float:
+    cfg, topo = sync.cfg, sync.topology
+    per_round = {"ma": ring_allreduce_bytes(1, n), "bmuf": ring_allreduce_bytes(1, n)}
+    factor = per_round.get(cfg.algorithm, getattr(topo, "q", 0))
+    return sum(factor * c.nbytes / c.period for c in sync.components)
+
+
+def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=n)
+    base = OmegaConf.to_container(OmegaConf.load(CONF).sync)
+    model = build_model()
+    rows = {}
+    for name, overrides in SETTINGS.items():
+        sync = Synchronizer(model, load_sync_config(base, overrides))
+        for _ in range(steps):
+            sync.step()
+        total = sync.comm.stats.total()
+        rows[name] = {"sent": total.bytes_sent / steps, "recv": total.bytes_recv / steps,
+                      "analytic": analytic(sync, n), "seconds_per_step": total.seconds / steps}
+    # DDP baseline: real backward passes through DDP with the counting all-reduce hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gossip_accel.integrations.accelerate import counting_allreduce_hook
+
+    ddp, counter, ddp_steps = DDP(model), Counter(), 4
+    ddp.register_comm_hook(counter, counting_allreduce_hook)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(ddp_steps):
+        ids = torch.randint(0, model.embedding.num_embeddings, (4, 36), generator=g)
+        loss, _ = ddp(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+    n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    rows["ddp"] = {"sent": counter.bytes_sent / ddp_steps, "recv": counter.bytes_recv / ddp_steps,
+                   "analytic": ring_allreduce_bytes(n_bytes, n), "seconds_per_step": None}
+    torch.save(rows, os.path.join(out, f"rank{rank}.pt"))
+    shutdown()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=256, help="a multiple of 128 counts every (16,128) round fully")
+    ap.add_argument("--json", default=str(ROOT / "bench/results/sync_traffic.json"))
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(worker, args=(args.workers, os.path.join(tmp, "init"), args.steps, tmp), nprocs=args.workers)
+        per_rank = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(args.workers)]
+    ddp_sent = sum(r["ddp"]["sent"] for r in per_rank) / len(per_rank)
+    table = []
+    for name in [*SETTINGS, "ddp"]:
+        sent = sum(r[name]["sent"] for r in per_rank) / len(per_rank)
+        table.append({"setting": name, "sent_bytes_per_step": sent,
+                      "max_rank_sent_bytes_per_step": max(r[name]["sent"] for r in per_rank),
+                      "recv_bytes_per_step": sum(r[name]["recv"] for r in per_rank) / len(per_rank),
+                      "analytic_bytes_per_step": per_rank[0][name]["analytic"], "vs_ddp": sent / ddp_sent})
+    print(f"{args.workers} workers, {sum(p.numel() for p in build_model().parameters()) / 1e6:.2f}M-parameter "
+          f"quick-start LM, {args.steps} steps")
+    print(f"{'setting':<22}{'MB sent/step':>14}{'max rank':>10}{'analytic':>10}{'vs DDP':>9}")
+    for r in table:
+        print(f"{r['setting']:<22}{r['sent_bytes_per_step'] / 1e6:>14.4f}{r['max_rank_sent_bytes_per_step'] / 1e6:>10.4f}"
+              f"{r['analytic_bytes_per_step'] / 1e6:>10.4f}{r['vs_ddp']:>9.4f}")
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps({"workers": args.workers, "steps": args.steps, "rows": table}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
