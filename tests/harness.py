@@ -52,42 +52,46 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def run_scenario(rank: int, overrides: Sequence[str], steps: int) -> dict:
-    model = initial_model(rank)
+def build(rank: int, overrides: Sequence[str], init_seed: int | None = None):
+    """A worker's model, optimizer and synchronizer."""
+    model = initial_model(rank if init_seed is None else init_seed)
     opt = make_optimizer(model)
-    sync = Synchronizer(model, BASE, overrides)
-    for t in range(1, steps + 1):
+    return model, opt, Synchronizer(model, BASE, overrides)
+
+
+def train(rank: int, model, opt, sync, until: int) -> None:
+    """Local steps t = sync.t + 1 .. until, each followed by sync.step()."""
+    for t in range(sync.t + 1, until + 1):
         toy.train_step(model, opt, DATA_SEED, rank, t)
         sync.step()
+
+
+def finish(model, sync) -> dict:
     before = model_state(model)
     sync.finalize()
     return {"before": before, "final": model_state(model), "metrics": sync.metrics()}
 
 
+def run_scenario(rank: int, overrides: Sequence[str], steps: int) -> dict:
+    model, opt, sync = build(rank, overrides)
+    train(rank, model, opt, sync, steps)
+    return finish(model, sync)
+
+
 def run_resumed(rank: int, overrides: Sequence[str], steps: int, stop: int, ckpt_dir: str) -> dict:
     """Train to ``stop``, save model/optimizer/synchronizer, rebuild everything, resume to ``steps``."""
-    model = initial_model(rank)
-    opt = make_optimizer(model)
-    sync = Synchronizer(model, BASE, overrides)
-    for t in range(1, stop + 1):
-        toy.train_step(model, opt, DATA_SEED, rank, t)
-        sync.step()
+    model, opt, sync = build(rank, overrides)
+    train(rank, model, opt, sync, stop)
     path = os.path.join(ckpt_dir, f"rank{rank}.pt")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sync": sync.state_dict()}, path)
     del model, opt, sync
-    model = initial_model(rank + 100)  # deliberately different weights before loading
-    opt = make_optimizer(model)
-    sync = Synchronizer(model, BASE, overrides)
+    model, opt, sync = build(rank, overrides, init_seed=rank + 100)  # different weights before loading
     state = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     sync.load_state_dict(state["sync"])
-    for t in range(sync.t + 1, steps + 1):
-        toy.train_step(model, opt, DATA_SEED, rank, t)
-        sync.step()
-    before = model_state(model)
-    sync.finalize()
-    return {"before": before, "final": model_state(model)}
+    train(rank, model, opt, sync, steps)
+    return finish(model, sync)
 
 
 def ddp_gradients(rank: int) -> dict:

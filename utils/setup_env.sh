@@ -21,10 +21,13 @@ echo "[setup_env] creating/updating $venv (pinned versions from requirements.txt
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-pip_install() {  # pip, minus the noise of this machine's unused local index entries
+pip_install() {  # quiet on success; on failure show pip's output (minus unused-index noise)
   local rc=0
   "$venv/bin/python" -m pip install --quiet "$@" >"$log" 2>&1 || rc=$?
-  grep -v "is ignored: it is neither a file nor a directory" "$log" >&2 || true
+  if [ $rc -ne 0 ]; then
+    grep -v "is ignored: it is neither a file nor a directory" "$log" >&2 || true
+    echo "[setup_env] ERROR: pip install $* failed (exit $rc)" >&2
+  fi
   return $rc
 }
 pip_install --upgrade "pip>=24"

@@ -42,6 +42,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for r in rows:
         h = r.get("history", [])
         ax.plot([e["epoch"] for e in h], [e["valid_ppl_replicas"] for e in h], marker="o", label=r["run"])
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("epoch")
     ax.set_ylabel("valid perplexity (mean over replicas)")
     ax.set_yscale("log")

@@ -216,6 +216,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         traffic = sync.comm.stats.total() if sync.comm else Counter()
     else:
         traffic = ddp_counter
+    # mean over workers (gossip senders differ per rank; receivers get exactly q copies)
+    moved = torch.tensor([traffic.bytes_sent, traffic.bytes_recv, traffic.seconds], dtype=torch.float64)
+    if world > 1:
+        torch.distributed.all_reduce(moved)
+        moved /= world
     final = accelerator.unwrap_model(model)
     valid_ppl = perplexity(final, valid, conf.train.bptt)
     test_path = data_dir / conf.data.test
@@ -224,9 +229,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     summary = {
         "algorithm": name, "workers": world, "parameters": n_params, "steps_per_worker": step,
         "train_seconds": train_seconds, "steps_per_second": step / train_seconds,
-        "bytes_sent_per_step_per_worker": traffic.bytes_sent / max(step, 1),
-        "bytes_recv_per_step_per_worker": traffic.bytes_recv / max(step, 1),
-        "comm_seconds": traffic.seconds, "final_valid_ppl": valid_ppl, "final_test_ppl": test_ppl,
+        "bytes_sent_per_step_per_worker": float(moved[0]) / max(step, 1),
+        "bytes_recv_per_step_per_worker": float(moved[1]) / max(step, 1),
+        "comm_seconds_per_worker": float(moved[2]), "final_valid_ppl": valid_ppl, "final_test_ppl": test_ppl,
         "history": history, "sync": OmegaConf.to_container(conf.sync),
     }
     if accelerator.is_main_process:
