@@ -2,8 +2,8 @@
 
     .venv/bin/python bench/sync_traffic.py [--workers 4] [--steps 256] [--json bench/results/sync_traffic.json]
 
-Spawns real gloo workers holding the quick-start model (conf/quickstart_lm.yaml, vocabulary
-of the embedded wiki_mini text). For each setting it runs ``--steps`` synchronizer steps
+Spawns real gloo workers holding the quick-start model (recipes/wikitext103/lm1/conf/mini.yaml
+with conf/lm/period_16_128.yaml, vocabulary of the embedded wiki_mini text). For each setting it runs ``--steps`` synchronizer steps
 (the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
 baseline, real backward passes with the counting all-reduce hook. It prints a table and
 writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
@@ -32,7 +32,8 @@ from gossip_accel.config import load_sync_config  # noqa: E402
 from gossip_accel.data.lm import Vocabulary, read_lines  # noqa: E402
 from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  # noqa: E402
 
-CONF = ROOT / "conf" / "quickstart_lm.yaml"
+RECIPE = ROOT / "recipes" / "wikitext103" / "lm1"
+CONFS = [RECIPE / "conf" / "mini.yaml", ROOT / "conf" / "lm" / "period_16_128.yaml"]
 SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "ma-(8)": ["algorithm=ma", "period=8", "components.0.period=8"],
     "bmuf-(8)": ["algorithm=bmuf", "period=8", "components.0.period=8"],
@@ -43,8 +44,12 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
 }
 
 
+def load_conf():
+    return OmegaConf.merge(*[OmegaConf.load(c) for c in CONFS])
+
+
 def build_model() -> torch.nn.Module:
-    conf = OmegaConf.load(CONF)
+    conf = load_conf()
     vocab = Vocabulary.build(read_lines(ROOT / "local/data/wiki_mini/wiki.train.tokens"), min_count=3)
     m = conf.model
     cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
@@ -63,7 +68,7 @@ def analytic(sync: Synchronizer, n: int) -> float:
 def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=n)
-    base = OmegaConf.to_container(OmegaConf.load(CONF).sync)
+    base = OmegaConf.to_container(load_conf().sync)
     model = build_model()
     rows = {}
     for name, overrides in SETTINGS.items():

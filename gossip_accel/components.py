@@ -85,6 +85,14 @@ def _match(name: str, rules: Sequence[ComponentRule]) -> int:
     )
 
 
+def _group_of(name: str, rule: ComponentRule) -> str:
+    """With ``per_match``, the value of the pattern's first capture group; else one group."""
+    if not rule.per_match:
+        return ""
+    m = re.search(rule.pattern, name)
+    return m.group(1)
+
+
 def split_components(
     named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
     rules: Sequence[ComponentRule],
@@ -93,7 +101,9 @@ def split_components(
 ) -> list[Component]:
     """Assign every trainable parameter to exactly one component.
 
-    Rules are matched with ``re.search`` on the parameter name; a rule with
+    Rules are matched with ``re.search`` on the parameter name; a rule with ``per_match``
+    makes one component per distinct value of its pattern's first capture group (named
+    ``<name>.<value>``: e.g. each adaptive-softmax tail its own component); a rule with
     ``pattern: null`` takes the parameters that no other rule matches. A parameter matched
     by no rule or by two explicit rules is an error naming it. Components keep the order of
     the rules, then the order of the shards; parameters keep the model's order. Components
@@ -106,18 +116,28 @@ def split_components(
     for r in rules:
         if r.pattern is not None:
             try:
-                re.compile(r.pattern)
+                compiled = re.compile(r.pattern)
             except re.error as e:
                 raise ConfigError(f"sync.components {r.name!r}: bad regex {r.pattern!r}: {e}") from e
+            if r.per_match and compiled.groups < 1:
+                raise ConfigError(
+                    f"sync.components {r.name!r}: per_match needs a capture group in the pattern, "
+                    f"e.g. '^softmax\\.tail\\.(\\d+)\\.'; got {r.pattern!r}"
+                )
+        elif r.per_match:
+            raise ConfigError(f"sync.components {r.name!r}: per_match needs a pattern with a capture group")
 
-    buckets: list[list[list[Piece]]] = [[[] for _ in range(r.shards)] for r in rules]
+    # (rule index) -> (group value) -> shard j -> pieces; dicts keep first-seen (model) order
+    buckets: list[dict[str, list[list[Piece]]]] = [{} for _ in rules]
     for name, param in named_parameters:
         if not param.requires_grad:
             continue
         ri = _match(name, rules)
         rule = rules[ri]
+        group = _group_of(name, rule)
+        shards = buckets[ri].setdefault(group, [[] for _ in range(rule.shards)])
         if rule.shards == 1:
-            buckets[ri][0].append(Piece(name, param.data))
+            shards[0].append(Piece(name, param.data))
             continue
         if param.dim() == 0 or param.shape[0] < rule.shards:
             raise ConfigError(
@@ -126,24 +146,24 @@ def split_components(
             )
         for j, rows in enumerate(torch.tensor_split(torch.arange(param.shape[0]), rule.shards)):
             lo, hi = int(rows[0]), int(rows[-1]) + 1
-            buckets[ri][j].append(Piece(f"{name}[{lo}:{hi}]", param.data[lo:hi]))
+            shards[j].append(Piece(f"{name}[{lo}:{hi}]", param.data[lo:hi]))
 
     components: list[Component] = []
-    for rule, shards in zip(rules, buckets):
-        if rule.pattern is not None and not any(shards):
+    for rule, groups in zip(rules, buckets):
+        if rule.pattern is not None and not groups:
             raise ConfigError(
                 f"sync.components {rule.name!r}: pattern {rule.pattern!r} matches no trainable parameter"
             )
-        for j, pieces in enumerate(shards):
-            if not pieces:
-                continue
-            devices = {p.view.device for p in pieces}
-            if len(devices) > 1:
-                raise ConfigError(f"component {rule.name!r} spans devices {devices}; keep a replica on one device")
-            numel = sum(p.view.numel() for p in pieces)
-            flat = torch.zeros(numel, dtype=flat_dtype, device=pieces[0].view.device)
-            name = rule.name if rule.shards == 1 else f"{rule.name}.shard{j}"
-            components.append(Component(len(components), name, rule.period or default_period, pieces, flat))
+        for group, shards in groups.items():
+            base = rule.name if not rule.per_match else f"{rule.name}.{group}"
+            for j, pieces in enumerate(shards):
+                devices = {p.view.device for p in pieces}
+                if len(devices) > 1:
+                    raise ConfigError(f"component {base!r} spans devices {devices}; keep a replica on one device")
+                numel = sum(p.view.numel() for p in pieces)
+                flat = torch.zeros(numel, dtype=flat_dtype, device=pieces[0].view.device)
+                name = base if rule.shards == 1 else f"{base}.shard{j}"
+                components.append(Component(len(components), name, rule.period or default_period, pieces, flat))
     if not components:
         raise ConfigError("the model has no trainable parameters to synchronize")
     return components

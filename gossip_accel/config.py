@@ -50,12 +50,16 @@ class ComponentRule:
     ``shards > 1`` row-shards every matched parameter (dim 0) into ``shards`` contiguous
     pieces, each its own component ``name.shard{j}`` (section 3.2 of the gossip-BMUF paper
     splits the embedding into 8 shards). ``period`` overrides ``sync.period`` (H_i).
+    ``per_match: true`` makes one component per distinct value of the pattern's first capture
+    group, e.g. ``{name: tail, pattern: '^softmax\\.tail\\.(\\d+)\\.', per_match: true}``
+    gives ``tail.0``, ``tail.1``, ... (section 3.2: each tail cluster its own group).
     """
 
     name: str = "all"
     pattern: Optional[str] = None
     period: Optional[int] = None
     shards: int = 1
+    per_match: bool = False
 
 
 @dataclass

@@ -278,3 +278,23 @@ def test_split_buffers_none_without_float_buffers():
     assert split_buffers(nn.Linear(2, 2).named_buffers(), 4) is None
     only_int = [("count", torch.zeros(3, dtype=torch.long)), ("none", None)]
     assert split_buffers(only_int, 4) is None
+
+
+# --- per_match: one component per value of the pattern's capture group --------------------------
+
+def test_per_match_makes_one_component_per_captured_value():
+    from gossip_accel.models.lstm_lm import LSTMPLanguageModel
+
+    model = LSTMPLanguageModel(300, [100, 200], 8, 16, 4)
+    rules = [ComponentRule(name="tail", pattern=r"^softmax\.tail\.(\d+)\.", per_match=True),
+             ComponentRule(name="rest")]
+    comps = split_components(model.named_parameters(), rules, default_period=4)
+    assert [c.name for c in comps] == ["tail.0", "tail.1", "rest"]
+    assert [p.name for p in comps[1].pieces] == ["softmax.tail.1.0.weight", "softmax.tail.1.1.weight"]
+
+
+def test_per_match_without_capture_group_is_an_error():
+    model = nn.Linear(2, 2)
+    with pytest.raises(ConfigError, match="capture group"):
+        split_components(model.named_parameters(), [ComponentRule(name="w", pattern="weight", per_match=True),
+                                                    ComponentRule(name="rest")], default_period=4)

@@ -16,6 +16,8 @@ help_message="Usage: utils/launch.sh [options] -- <python args: -m module or scr
 . "$(dirname "${BASH_SOURCE[0]}")/parse_options.sh"
 [ "${1:-}" = "--" ] && shift
 [ $# -gt 0 ] || { echo "$help_message" >&2; exit 1; }
+# called outside a recipe (path.sh not sourced): use the project's environment
+command -v "$launcher" >/dev/null 2>&1 || . "$(dirname "${BASH_SOURCE[0]}")/../path.sh"
 
 case $launcher in
   accelerate)

@@ -1,9 +1,11 @@
 """Compare training runs side by side: one table (stdout + Markdown), JSON, and a plot.
 
-    python -m gossip_accel.bin.compare_runs --out exp/quickstart/compare exp/quickstart/ddp exp/quickstart/gossip_bmuf
+    python -m gossip_accel.bin.compare_runs --out exp/compare/RESULTS exp/compare/single exp/compare/gossip_bmuf ...
 
-Reads each run's ``summary.json`` (written by gossip_accel.bin.train_lm). The first run is
-the reference for the traffic ratio (put DDP first).
+Reads each run's ``results.json`` (written by gossip_accel.bin.train_lm) and writes
+``<out>.md``, ``<out>.json`` and ``<out>.png`` (validation perplexity against epoch, the
+paper's Figure 2). The traffic ratio is relative to the first run that communicated every
+step (DDP) if there is one, else to the first run.
 """
 from __future__ import annotations
 
@@ -13,22 +15,26 @@ from pathlib import Path
 
 
 def load(run: Path) -> dict:
-    f = run / "summary.json"
+    f = run / "results.json"
     if not f.is_file():
         raise SystemExit(f"compare_runs: {f} not found (did the training stage of {run} finish?)")
-    return json.loads(f.read_text())
+    r = json.loads(f.read_text())
+    r.setdefault("name", run.name)
+    return r
 
 
 def table(rows: list[dict]) -> list[str]:
-    ref = rows[0]["bytes_sent_per_step_per_worker"] or 1.0
-    head = ("| run | workers | valid ppl | test ppl | MB sent/step/worker | traffic vs " + rows[0]["run"]
-            + " | steps/s/worker |")
-    out = [head, "|" + "---|" * 7]
+    ref_row = next((r for r in rows if r["name"] == "ddp"), rows[0])
+    ref = ref_row["bytes_sent_per_step_per_worker"] or None
+    out = ["| method | workers | periods | epochs | valid ppl | test ppl | MB sent/worker | MB sent/step/worker "
+           f"| traffic vs {ref_row['name']} | train time (s) |", "|" + "---|" * 10]
     for r in rows:
         test = f"{r['final_test_ppl']:.2f}" if r.get("final_test_ppl") else "-"
-        mb = r["bytes_sent_per_step_per_worker"] / 1e6
-        out.append(f"| {r['run']} | {r['workers']} | {r['final_valid_ppl']:.2f} | {test} | {mb:.4f} | "
-                   f"{r['bytes_sent_per_step_per_worker'] / ref:.3f} | {r['steps_per_second']:.2f} |")
+        ratio = f"{r['bytes_sent_per_step_per_worker'] / ref:.3f}" if ref else "-"
+        out.append(
+            f"| {r['name']} | {r['workers']} | {r.get('periods', '-')} | {r.get('epochs', '-')} | "
+            f"{r['final_valid_ppl']:.2f} | {test} | {r.get('bytes_sent_per_worker', 0) / 1e6:.1f} | "
+            f"{r['bytes_sent_per_step_per_worker'] / 1e6:.4f} | {ratio} | {r['train_seconds']:.0f} |")
     return out
 
 
@@ -38,10 +44,11 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         h = r.get("history", [])
-        ax.plot([e["epoch"] for e in h], [e["valid_ppl_replicas"] for e in h], marker="o", label=r["run"])
+        ax.plot([e["epoch"] for e in h], [e["valid_ppl_replicas"] for e in h], marker="o",
+                label=f"{r['name']} ({r['workers']} w)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("epoch")
     ax.set_ylabel("valid perplexity (mean over replicas)")
@@ -55,19 +62,17 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="prefix of the .md, .json and .png outputs")
+    ap.add_argument("--out", required=True, help="path prefix of the .md, .json and .png outputs")
+    ap.add_argument("--title", default=None, help="heading of the Markdown table")
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
-    rows = []
-    for run in map(Path, args.runs):
-        r = load(run)
-        r["run"] = run.name
-        rows.append(r)
+    rows = [load(Path(run)) for run in args.runs]
     lines = table(rows)
     print("\n".join(lines))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    head = [f"# {args.title}", ""] if args.title else []
+    out.with_suffix(".md").write_text("\n".join(head + lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=2))
     plot(rows, out.with_suffix(".png"))
 

@@ -7,15 +7,16 @@
 Every worker trains its own replica on its contiguous 1/n of the training stream (D^k).
 ``sync.enabled=false`` gives the plain DDP baseline (gradient all-reduce every step), whose
 bytes are counted by a DDP comm hook with the same ring accounting as the synchronizer.
-Writes ``summary.json``, TensorBoard scalars under ``tensorboard/`` and the final averaged
-model ``final.pt`` to ``--exp-dir``.
+Writes ``results.json`` (perplexities, traffic, time, per-epoch history), TensorBoard
+scalars under ``tensorboard/``, per-epoch per-rank checkpoints under ``checkpoints/`` (a
+rerun with the same ``--exp-dir`` resumes from the newest complete one, exactly) and the
+final averaged model ``final.pt`` to ``--exp-dir``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,8 @@ class TrainConf:
     max_steps_per_epoch: Optional[int] = None
     log_every: int = 50
     cpu: Optional[bool] = None
+    checkpoint: bool = True  # per-epoch, per-rank checkpoints under <exp-dir>/checkpoints
+    resume: bool = True  # continue from the newest complete checkpoint in <exp-dir>
 
 
 @dataclass
@@ -76,16 +79,20 @@ class LMConf:
     sync: Any = field(default_factory=dict)
 
 
-def load_conf(path: Optional[str], overrides: list[str]) -> LMConf:
-    """YAML + dotlist overrides onto the schema; unknown keys/wrong types name the key."""
-    try:
-        base = OmegaConf.structured(LMConf)
-        loaded = OmegaConf.load(path) if path else OmegaConf.create({})
-        return apply_overrides(OmegaConf.merge(base, loaded), overrides)  # type: ignore[return-value]
-    except FileNotFoundError as e:
-        raise ConfigError(f"config file not found: {path}") from e
-    except (OmegaConfBaseException, TypeError) as e:
-        raise ConfigError(f"bad config {path or ''}: {e}") from e
+def load_conf(paths: list[str], overrides: list[str]) -> LMConf:
+    """YAML files (merged in order) + dotlist overrides onto the schema.
+
+    Unknown keys and wrong types are errors that name the file and the key.
+    """
+    conf = OmegaConf.structured(LMConf)
+    for path in paths:
+        try:
+            conf = OmegaConf.merge(conf, OmegaConf.load(path))
+        except FileNotFoundError as e:
+            raise ConfigError(f"config file not found: {path}") from e
+        except (OmegaConfBaseException, TypeError, ValueError) as e:
+            raise ConfigError(f"bad config {path}: {e}") from e
+    return apply_overrides(conf, overrides)  # type: ignore[return-value]
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -93,6 +100,16 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     if name not in table:
         raise ConfigError(f"train.optimizer={name!r}; choose one of {sorted(table)}")
     return table[name](params, lr=lr)
+
+
+def build_model(conf: LMConf, vocab: Vocabulary) -> LSTMPLanguageModel:
+    """The LSTMP LM of ``conf.model`` for ``vocab`` (adaptive-softmax cutoffs by frequency)."""
+    m = conf.model
+    if not 0 < m.projection_size < m.hidden_size:
+        raise ConfigError(f"model.projection_size={m.projection_size} must be in (0, model.hidden_size={m.hidden_size})")
+    cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
+    return LSTMPLanguageModel(len(vocab), cutoffs, m.embedding_dim, m.hidden_size, m.projection_size,
+                              m.num_layers, m.dropout, m.div_value)
 
 
 @torch.no_grad()
@@ -109,10 +126,18 @@ def perplexity(model: torch.nn.Module, data: torch.Tensor, bptt: int) -> float:
     return math.exp(total / max(count, 1))
 
 
+def periods_label(sync_cfg) -> str:
+    """The paper's notation of the sync periods, e.g. ``(16,128)``."""
+    periods = {r.period or sync_cfg.period for r in sync_cfg.components}
+    return "(" + ",".join(str(p) for p in sorted(periods)) + ")"
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", help="YAML with data/model/train/sync sections")
+    ap.add_argument("--config", action="append", default=[],
+                    help="YAML with data/model/train/sync sections; repeat to merge several, later wins")
     ap.add_argument("--exp-dir", required=True)
+    ap.add_argument("--name", help="run name in results.json (default: the algorithm, or ddp/single)")
     ap.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. sync.period=8 train.epochs=1")
     args = ap.parse_intermixed_args(argv)
     conf = load_conf(args.config, args.overrides)
@@ -121,8 +146,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    from ..integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
+    from .. import checkpoint as ckpt
     from ..config import load_sync_config
+    from ..integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     cpu = conf.train.cpu if conf.train.cpu is not None else not torch.cuda.is_available()
@@ -140,16 +166,13 @@ def main(argv: Optional[list[str]] = None) -> None:
     valid = batchify(vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
 
     torch.manual_seed(conf.train.seed)
-    m = conf.model
-    if not 0 < m.projection_size < m.hidden_size:
-        raise ConfigError(f"model.projection_size={m.projection_size} must be in (0, model.hidden_size={m.hidden_size})")
-    cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
-    model = LSTMPLanguageModel(len(vocab), cutoffs, m.embedding_dim, m.hidden_size, m.projection_size,
-                               m.num_layers, m.dropout, m.div_value)
+    model = build_model(conf, vocab)
+    cutoffs = model.softmax.cutoffs[:-1]
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_optimizer(conf.train.optimizer, model.parameters(), conf.train.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, conf.train.lr_decay)
     model, opt = accelerator.prepare(model, opt)
+    core = accelerator.unwrap_model(model)
 
     ddp_counter = Counter()
     if sync_cfg.enabled:
@@ -161,15 +184,32 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     train_windows = num_windows(train, conf.train.bptt)
     steps_per_epoch = min(train_windows, conf.train.max_steps_per_epoch or train_windows)
+    name = args.name or (sync_cfg.algorithm if sync is not None else ("ddp" if world > 1 else "single"))
+    ckpt_root = exp / "checkpoints"
+
+    step, first_epoch, history, train_seconds = 0, 1, [], 0.0
+    resume_epoch = ckpt.latest_complete(ckpt_root) if conf.train.resume else None
+    if resume_epoch is not None:
+        state = ckpt.load_rank(ckpt_root, resume_epoch, rank, world)
+        core.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        if sync is not None:
+            sync.load_state_dict(state["sync"])
+        ddp_counter = Counter(**state["ddp_counter"])
+        ckpt.set_rng_state(state["rng"])
+        step, history, train_seconds = state["step"], state["history"], state["train_seconds"]
+        first_epoch = resume_epoch + 1
+        accelerator.print(f"[train_lm] resumed from {ckpt.epoch_dir(ckpt_root, resume_epoch)} (step {step})")
+
     writer = SummaryWriter(str(exp / "tensorboard")) if accelerator.is_main_process else None
-    name = sync_cfg.algorithm if sync is not None else "ddp"
     accelerator.print(
         f"[train_lm] {name}: {world} workers, {n_params / 1e6:.2f}M parameters, vocab {len(vocab)}, "
-        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker"
+        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker, periods {periods_label(sync_cfg)}"
     )
 
-    step, start, history = 0, time.perf_counter(), []
-    for epoch in range(1, conf.train.epochs + 1):
+    for epoch in range(first_epoch, conf.train.epochs + 1):
+        start = time.perf_counter()
         model.train()
         state, run_loss, run_n = None, 0.0, 0
         bar = tqdm(total=steps_per_epoch, desc=f"{name} epoch {epoch}", disable=not accelerator.is_main_process,
@@ -198,19 +238,30 @@ def main(argv: Optional[list[str]] = None) -> None:
                 bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
         bar.close()
         sched.step()
+        train_seconds += time.perf_counter() - start
         train_loss = torch.tensor([run_loss / max(run_n, 1)])
-        replica_ppl = torch.tensor([perplexity(accelerator.unwrap_model(model), valid, conf.train.bptt)])
+        replica_ppl = torch.tensor([perplexity(core, valid, conf.train.bptt)])
         if world > 1:
             torch.distributed.all_reduce(train_loss)
             torch.distributed.all_reduce(replica_ppl)
-        row = {"epoch": epoch, "train_loss": float(train_loss) / world, "valid_ppl_replicas": float(replica_ppl) / world}
+        row = {"epoch": epoch, "step": step, "train_loss": float(train_loss) / world,
+               "valid_ppl_replicas": float(replica_ppl) / world}
         history.append(row)
         accelerator.print(f"[train_lm] {name} epoch {epoch}: train loss {row['train_loss']:.4f}, "
                           f"valid ppl (mean of replicas) {row['valid_ppl_replicas']:.2f}")
         if writer is not None:
             writer.add_scalar("valid/ppl_replicas", row["valid_ppl_replicas"], step)
+        if conf.train.checkpoint:
+            ckpt.atomic_save({
+                "world_size": world, "epoch": epoch, "step": step, "history": history,
+                "train_seconds": train_seconds, "model": core.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "sync": sync.state_dict() if sync is not None else {},
+                "ddp_counter": vars(ddp_counter).copy(), "rng": ckpt.rng_state(),
+            }, ckpt.epoch_dir(ckpt_root, epoch) / f"rank{rank}.pt")
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                (ckpt.epoch_dir(ckpt_root, epoch) / "done").write_text(f"{step}\n")
 
-    train_seconds = time.perf_counter() - start
     if sync is not None:
         sync.finalize()  # Algorithm 1, line 20
         traffic = sync.comm.stats.total() if sync.comm else Counter()
@@ -221,30 +272,28 @@ def main(argv: Optional[list[str]] = None) -> None:
     if world > 1:
         torch.distributed.all_reduce(moved)
         moved /= world
-    final = accelerator.unwrap_model(model)
-    valid_ppl = perplexity(final, valid, conf.train.bptt)
-    test_path = data_dir / conf.data.test
-    test_ppl = perplexity(final, batchify(vocab.encode(read_lines(test_path)), conf.train.streams),
-                          conf.train.bptt) if test_path.is_file() else None
-    summary = {
-        "algorithm": name, "workers": world, "parameters": n_params, "steps_per_worker": step,
-        "train_seconds": train_seconds, "steps_per_second": step / train_seconds,
+    valid_ppl = perplexity(core, valid, conf.train.bptt)
+    results = {
+        "name": name, "algorithm": sync_cfg.algorithm if sync is not None else name,
+        "periods": periods_label(sync_cfg) if sync is not None else "(1)",
+        "workers": world, "parameters": n_params, "epochs": conf.train.epochs, "steps_per_worker": step,
+        "train_seconds": train_seconds, "steps_per_second": step / max(train_seconds, 1e-9),
+        "bytes_sent_per_worker": float(moved[0]), "bytes_recv_per_worker": float(moved[1]),
         "bytes_sent_per_step_per_worker": float(moved[0]) / max(step, 1),
         "bytes_recv_per_step_per_worker": float(moved[1]) / max(step, 1),
-        "comm_seconds_per_worker": float(moved[2]), "final_valid_ppl": valid_ppl, "final_test_ppl": test_ppl,
+        "comm_seconds_per_worker": float(moved[2]), "final_valid_ppl": valid_ppl,
         "history": history, "sync": OmegaConf.to_container(conf.sync),
     }
     if accelerator.is_main_process:
-        (exp / "summary.json").write_text(json.dumps(summary, indent=2))
-        torch.save(final.state_dict(), exp / "final.pt")
+        ckpt.atomic_save(core.state_dict(), exp / "final.pt")
+        (exp / "results.json").write_text(json.dumps(results, indent=2))
         if writer is not None:
             writer.add_scalar("valid/ppl_final", valid_ppl, step)
             writer.close()
     accelerator.print(
-        f"[train_lm] {name} done: valid ppl {valid_ppl:.2f}"
-        + (f", test ppl {test_ppl:.2f}" if test_ppl else "")
-        + f", {summary['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB sent/step/worker, "
-        f"{summary['steps_per_second']:.2f} steps/s"
+        f"[train_lm] {name} done: valid ppl of the averaged model {valid_ppl:.2f}, "
+        f"{results['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB sent/step/worker, "
+        f"{results['steps_per_second']:.2f} steps/s"
     )
     shutdown()
 
