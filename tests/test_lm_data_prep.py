@@ -153,10 +153,11 @@ def test_wikitext_unk_threshold_maps_rare_words_everywhere(tmp_path):
             for wa, wb in zip(a.split(" "), b.split(" ")):
                 assert wb == (wa if train_counts[wa] >= 2 or wa in ("", "<unk>") else "<unk>")
     vocab = dict(vocab_lines(out / "vocab.txt"))
-    assert "Rare" not in vocab and "bird" not in vocab and vocab["cat"] == 4
+    assert "Rare" not in vocab and "bird" not in vocab and vocab["cat"] == 3
     assert set(vocab) == {w for w, c in train_counts.items() if c >= 2} | {"<unk>", "<eos>"}
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["splits"]["test"]["oov"] == 0 and stats["splits"]["test"]["mapped_to_unk"] == 3  # Unseen words here
+    assert stats["splits"]["test"]["oov"] == 0
+    assert stats["splits"]["test"]["mapped_to_unk"] == sum(train_counts[w] < 2 for w in TEST.split()) == 5
     assert stats["splits"]["train"]["mapped_to_unk"] == sum(c for c in train_counts.values() if c < 2)
     assert stats["splits"]["train"]["unk"] == vocab["<unk>"] == stats["splits"]["train"]["mapped_to_unk"]
 
@@ -243,6 +244,7 @@ def prose(rng_seed: int, n_paras: int, marker: str) -> list[str]:
         for _ in range(12 + p % 7):
             h = (h * 1103515245 + 12345) % 2 ** 31
             words.append(WORDS[h % len(WORDS)])
+        words.insert(3, f"Only{rng_seed}x{p}")  # a word seen once: <unk> at min count > 1
         out.append(" ".join(words) + ".")
     return out
 
@@ -409,7 +411,7 @@ def test_gutenberg_split_by_book_deterministic_and_min_count(tmp_path):
     assert got["test"] == want["test"] and got["train"] + got["valid"] == want["trainvalid"]
     assert sum(got["valid"].values()) == sum(int(r["valid_paragraphs"]) for r in rows.values()) >= 1
     # vocabulary: train.tokens words with count >= 3, counts exactly as in train.tokens
-    assert vocab == stream_counts(out / "train.tokens")
+    assert vocab == stream_counts(out / "train.tokens") and vocab["<unk>"] > 0
     assert all(c >= 3 for w, c in vocab.items() if w != "<unk>")
     for i in range(12):  # each marker: in >= 5 paragraphs of its book only
         assert (f"Marker{i}" in vocab) == (rows[str(1000 + i)]["split"] == "train")

@@ -205,7 +205,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     writer = SummaryWriter(str(exp / "tensorboard")) if accelerator.is_main_process else None
     accelerator.print(
         f"[train_lm] {name}: {world} workers, {n_params / 1e6:.2f}M parameters, vocab {len(vocab)}, "
-        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker, periods {periods_label(sync_cfg)}"
+        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker"
+        + (f", sync periods {periods_label(sync_cfg)}" if sync is not None else ", no model sync")
     )
 
     for epoch in range(first_epoch, conf.train.epochs + 1):

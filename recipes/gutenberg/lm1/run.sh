@@ -43,7 +43,7 @@ fi
 
 if [ $stage -le 1 ] && [ $stop_stage -ge 1 ]; then
   log "Stage 1: $src -> $data (95% train / 5% test by book, vocabulary count >= $min_count)"
-  python local/prepare_gutenberg.py --src "$src" --out "$data" --min-count "$min_count"
+  python local/prepare_gutenberg.py --src "$src" --out "$data" --min-count "$min_count" --jobs "$(nproc)"
 fi
 
 if [ $stop_stage -ge 2 ]; then

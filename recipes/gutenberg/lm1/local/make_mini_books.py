@@ -411,8 +411,12 @@ def write_readme(args, books, left_out, size, sha, deb, deb_version, r_version) 
     if args.prep_stats:
         st = json.loads(args.prep_stats.read_text(encoding="utf-8"))
         o = st["options"]
-        srows = "\n".join(f"| {s} | {v['books']} | {v['paragraphs']} | {v['tokens']} | {v['tokens_with_eos']} | "
-                          f"{v['unk']} | {v['unk_rate']:.2%} |" for s, v in st["splits"].items())
+        splits = [(s, st["splits"][s]) for s in ("train", "valid", "test") if s in st["splits"]]
+        srows = "\n".join(f"| {s} | {v['books']} | {v['paragraphs']} | {v['tokens']} | {v['token_fraction']:.1%} | "
+                          f"{v['tokens_with_eos']} | {v['unk']} | {v['unk_rate']:.2%} |" for s, v in splits)
+        share = st["splits"]["test"]["token_fraction"]
+        small = (f" With so few books, test (at least one whole book) holds {share:.1%} of the tokens, not "
+                 f"{o['test_fraction']:.0%}." if share > 2 * o["test_fraction"] else "")
         prep = f"""
 ## Prepared
 
@@ -421,10 +425,11 @@ def write_readme(args, books, left_out, size, sha, deb, deb_version, r_version) 
 seed {o['seed']}): split by {st['split_mode'].split(' ')[0]}, vocabulary {st['vocab_size']} words
 (incl. `<unk>`, `<eos>`); header and footer markers found in
 {st['books']['used'] - st['books']['without_start_marker']} / {st['books']['used']} books.
-`<unk>` rate = `<unk>` / tokens incl. one `<eos>` per line.
+`<unk>` rate = `<unk>` / tokens incl. one `<eos>` per line; valid.tokens is carved out of the
+training books' paragraphs.{small}
 
-| split | books | paragraphs (lines) | tokens | tokens incl. `<eos>` | `<unk>` | `<unk>` rate |
-|---|---|---|---|---|---|---|
+| split | books | paragraphs (lines) | tokens | share of tokens | tokens incl. `<eos>` | `<unk>` | `<unk>` rate |
+|---|---|---|---|---|---|---|---|
 {srows}
 """
     dropped = (f"\n**Left out to stay under {args.max_bytes} bytes:** {', '.join(left_out)}.\n" if left_out else "")

@@ -54,6 +54,10 @@ valid_paragraphs, encoding, header_lines, footer_lines, source) and ``stats.json
 split: books, paragraphs, tokens, tokens with ``<eos>``, ``<unk>`` tokens and
 rate = ``<unk>`` / tokens with ``<eos>``; vocabulary size; books per encoding, without markers,
 skipped; ignored files).
+
+The tokenized books are kept in a temporary folder inside ``--out`` between the passes (about
+the size of the outputs; removed at the end). On the full corpus use ``--jobs N`` (one process
+per core): the outputs do not depend on it.
 """
 from __future__ import annotations
 
@@ -68,7 +72,7 @@ import tarfile
 import unicodedata
 import zlib
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 

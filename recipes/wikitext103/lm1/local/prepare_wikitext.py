@@ -41,10 +41,10 @@ from collections import Counter
 from pathlib import Path
 
 try:
-    from gossip_accel.data.lm import EOS, UNK, Vocabulary, read_lines
+    from gossip_accel.data.lm import UNK, Vocabulary, read_lines
 except ImportError:  # run from a checkout without path.sh: the repository root is 4 levels up
     sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-    from gossip_accel.data.lm import EOS, UNK, Vocabulary, read_lines
+    from gossip_accel.data.lm import UNK, Vocabulary, read_lines
 
 PROG = "prepare_wikitext.py"
 SPLITS = ("train", "valid", "test")
