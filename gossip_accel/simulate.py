@@ -11,7 +11,6 @@ compares the algorithms on the toy task of :mod:`gossip_accel.toy` and prints a 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 from typing import Any, Callable, Optional, Sequence
 

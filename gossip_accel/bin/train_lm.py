@@ -24,11 +24,9 @@ from typing import Any, Optional
 
 import torch
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from .. import shutdown
-from ..comm import Counter
-from ..config import ConfigError, apply_overrides
+from ..config import ConfigError
 from ..data.lm import Vocabulary, batchify, bptt_windows, num_windows, read_lines, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
 
@@ -80,19 +78,10 @@ class LMConf:
 
 
 def load_conf(paths: list[str], overrides: list[str]) -> LMConf:
-    """YAML files (merged in order) + dotlist overrides onto the schema.
+    """YAML files (merged in order) + dotlist overrides; errors name the file and the key."""
+    from ..trainer import load_structured
 
-    Unknown keys and wrong types are errors that name the file and the key.
-    """
-    conf = OmegaConf.structured(LMConf)
-    for path in paths:
-        try:
-            conf = OmegaConf.merge(conf, OmegaConf.load(path))
-        except FileNotFoundError as e:
-            raise ConfigError(f"config file not found: {path}") from e
-        except (OmegaConfBaseException, TypeError, ValueError) as e:
-            raise ConfigError(f"bad config {path}: {e}") from e
-    return apply_overrides(conf, overrides)  # type: ignore[return-value]
+    return load_structured(LMConf, paths, overrides)
 
 
 def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
@@ -126,12 +115,6 @@ def perplexity(model: torch.nn.Module, data: torch.Tensor, bptt: int) -> float:
     return math.exp(total / max(count, 1))
 
 
-def periods_label(sync_cfg) -> str:
-    """The paper's notation of the sync periods, e.g. ``(16,128)``."""
-    periods = {r.period or sync_cfg.period for r in sync_cfg.components}
-    return "(" + ",".join(str(p) for p in sorted(periods)) + ")"
-
-
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", action="append", default=[],
@@ -142,156 +125,93 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = ap.parse_intermixed_args(argv)
     conf = load_conf(args.config, args.overrides)
 
-    from accelerate import Accelerator
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    from .. import checkpoint as ckpt
     from ..config import load_sync_config
-    from ..integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
+    from ..trainer import DistributedRun, periods_label
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
-    cpu = conf.train.cpu if conf.train.cpu is not None else not torch.cuda.is_available()
-    accelerator = Accelerator(cpu=cpu)
-    rank, world = accelerator.process_index, accelerator.num_processes
-    exp = Path(args.exp_dir)
-    if accelerator.is_main_process:
-        exp.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(conf, exp / "config.yaml")
-
     data_dir = Path(conf.data.dir)
     vocab = Vocabulary.load(data_dir / conf.data.vocab)
-    train_ids = shard(vocab.encode(read_lines(data_dir / conf.data.train)), rank, world)
-    train = batchify(train_ids, conf.train.streams)
-    valid = batchify(vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
-
     torch.manual_seed(conf.train.seed)
     model = build_model(conf, vocab)
     cutoffs = model.softmax.cutoffs[:-1]
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_optimizer(conf.train.optimizer, model.parameters(), conf.train.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, conf.train.lr_decay)
-    model, opt = accelerator.prepare(model, opt)
-    core = accelerator.unwrap_model(model)
-
-    ddp_counter = Counter()
-    if sync_cfg.enabled:
-        sync = AccelerateSynchronizer(accelerator, model, sync_cfg)
-    else:
-        sync = None
-        if world > 1:
-            model.register_comm_hook(ddp_counter, counting_allreduce_hook)
+    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), conf.train.cpu, sched, conf.train.checkpoint)
+    if run.is_main:
+        OmegaConf.save(conf, run.exp / "config.yaml")
+    train = batchify(shard(vocab.encode(read_lines(data_dir / conf.data.train)), run.rank, run.world),
+                     conf.train.streams)
+    valid = batchify(vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
 
     train_windows = num_windows(train, conf.train.bptt)
     steps_per_epoch = min(train_windows, conf.train.max_steps_per_epoch or train_windows)
-    name = args.name or (sync_cfg.algorithm if sync is not None else ("ddp" if world > 1 else "single"))
-    ckpt_root = exp / "checkpoints"
-
-    step, first_epoch, history, train_seconds = 0, 1, [], 0.0
-    resume_epoch = ckpt.latest_complete(ckpt_root) if conf.train.resume else None
-    if resume_epoch is not None:
-        state = ckpt.load_rank(ckpt_root, resume_epoch, rank, world)
-        core.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        if sync is not None:
-            sync.load_state_dict(state["sync"])
-        ddp_counter = Counter(**state["ddp_counter"])
-        ckpt.set_rng_state(state["rng"])
-        step, history, train_seconds = state["step"], state["history"], state["train_seconds"]
-        first_epoch = resume_epoch + 1
-        accelerator.print(f"[train_lm] resumed from {ckpt.epoch_dir(ckpt_root, resume_epoch)} (step {step})")
-
-    writer = SummaryWriter(str(exp / "tensorboard")) if accelerator.is_main_process else None
-    accelerator.print(
-        f"[train_lm] {name}: {world} workers, {n_params / 1e6:.2f}M parameters, vocab {len(vocab)}, "
-        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker"
-        + (f", sync periods {periods_label(sync_cfg)}" if sync is not None else ", no model sync")
+    name = args.name or run.default_name()
+    first_epoch, extra = run.resume(conf.train.resume)
+    history, train_seconds = extra.get("history", []), extra.get("train_seconds", 0.0)
+    writer = SummaryWriter(str(run.exp / "tensorboard")) if run.is_main else None
+    run.accelerator.print(
+        f"[train_lm] {name}: {run.world} workers, {n_params / 1e6:.2f}M parameters, vocab {len(vocab)}, "
+        f"cutoffs {cutoffs}, {steps_per_epoch} steps/epoch/worker, {run.describe_sync()}"
     )
 
     for epoch in range(first_epoch, conf.train.epochs + 1):
         start = time.perf_counter()
-        model.train()
+        run.model.train()
         state, run_loss, run_n = None, 0.0, 0
-        bar = tqdm(total=steps_per_epoch, desc=f"{name} epoch {epoch}", disable=not accelerator.is_main_process,
-                   mininterval=2.0)
+        bar = tqdm(total=steps_per_epoch, desc=f"{name} epoch {epoch}", disable=not run.is_main, mininterval=2.0)
         for i, (x, y) in enumerate(bptt_windows(train, conf.train.bptt)):
             if i >= steps_per_epoch:
                 break
             if state is not None:
                 state = tuple(s.detach() for s in state)
-            loss, state = model(x, y, state)
+            loss, state = run.model(x, y, state)
             opt.zero_grad(set_to_none=True)
-            accelerator.backward(loss)
-            accelerator.clip_grad_norm_(model.parameters(), conf.train.clip_norm)
-            opt.step()
-            if sync is not None:
-                sync.step()
-            step += 1
+            run.accelerator.backward(loss)
+            run.accelerator.clip_grad_norm_(run.model.parameters(), conf.train.clip_norm)
+            run.optimizer.step()
+            run.after_step()
             run_loss += float(loss.detach())
             run_n += 1
             bar.update(1)
-            if writer is not None and step % conf.train.log_every == 0:
-                writer.add_scalar("train/loss", run_loss / run_n, step)
-                writer.add_scalar("train/lr", sched.get_last_lr()[0], step)
-                for k, v in (sync.metrics() if sync else {"sync/bytes_sent": ddp_counter.bytes_sent}).items():
-                    writer.add_scalar(k, v, step)
+            if writer is not None and run.step % conf.train.log_every == 0:
+                writer.add_scalar("train/loss", run_loss / run_n, run.step)
+                writer.add_scalar("train/lr", sched.get_last_lr()[0], run.step)
+                for k, v in run.metrics().items():
+                    writer.add_scalar(k, v, run.step)
                 bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
         bar.close()
         sched.step()
         train_seconds += time.perf_counter() - start
-        train_loss = torch.tensor([run_loss / max(run_n, 1)])
-        replica_ppl = torch.tensor([perplexity(core, valid, conf.train.bptt)])
-        if world > 1:
-            torch.distributed.all_reduce(train_loss)
-            torch.distributed.all_reduce(replica_ppl)
-        row = {"epoch": epoch, "step": step, "train_loss": float(train_loss) / world,
-               "valid_ppl_replicas": float(replica_ppl) / world}
+        train_loss, replica_ppl = run.all_mean([run_loss / max(run_n, 1), perplexity(run.core, valid, conf.train.bptt)])
+        row = {"epoch": epoch, "step": run.step, "train_loss": train_loss, "valid_ppl_replicas": replica_ppl}
         history.append(row)
-        accelerator.print(f"[train_lm] {name} epoch {epoch}: train loss {row['train_loss']:.4f}, "
-                          f"valid ppl (mean of replicas) {row['valid_ppl_replicas']:.2f}")
+        run.accelerator.print(f"[train_lm] {name} epoch {epoch}: train loss {train_loss:.4f}, "
+                              f"valid ppl (mean of replicas) {replica_ppl:.2f}")
         if writer is not None:
-            writer.add_scalar("valid/ppl_replicas", row["valid_ppl_replicas"], step)
-        if conf.train.checkpoint:
-            ckpt.atomic_save({
-                "world_size": world, "epoch": epoch, "step": step, "history": history,
-                "train_seconds": train_seconds, "model": core.state_dict(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "sync": sync.state_dict() if sync is not None else {},
-                "ddp_counter": vars(ddp_counter).copy(), "rng": ckpt.rng_state(),
-            }, ckpt.epoch_dir(ckpt_root, epoch) / f"rank{rank}.pt")
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                (ckpt.epoch_dir(ckpt_root, epoch) / "done").write_text(f"{step}\n")
+            writer.add_scalar("valid/ppl_replicas", replica_ppl, run.step)
+        run.save(epoch, {"history": history, "train_seconds": train_seconds})
 
-    if sync is not None:
-        sync.finalize()  # Algorithm 1, line 20
-        traffic = sync.comm.stats.total() if sync.comm else Counter()
-    else:
-        traffic = ddp_counter
-    # mean over workers (gossip senders differ per rank; receivers get exactly q copies)
-    moved = torch.tensor([traffic.bytes_sent, traffic.bytes_recv, traffic.seconds], dtype=torch.float64)
-    if world > 1:
-        torch.distributed.all_reduce(moved)
-        moved /= world
-    valid_ppl = perplexity(core, valid, conf.train.bptt)
+    run.finish()
+    valid_ppl = perplexity(run.core, valid, conf.train.bptt)
     results = {
-        "name": name, "algorithm": sync_cfg.algorithm if sync is not None else name,
-        "periods": periods_label(sync_cfg) if sync is not None else "(1)",
-        "workers": world, "parameters": n_params, "epochs": conf.train.epochs, "steps_per_worker": step,
-        "train_seconds": train_seconds, "steps_per_second": step / max(train_seconds, 1e-9),
-        "bytes_sent_per_worker": float(moved[0]), "bytes_recv_per_worker": float(moved[1]),
-        "bytes_sent_per_step_per_worker": float(moved[0]) / max(step, 1),
-        "bytes_recv_per_step_per_worker": float(moved[1]) / max(step, 1),
-        "comm_seconds_per_worker": float(moved[2]), "final_valid_ppl": valid_ppl,
-        "history": history, "sync": OmegaConf.to_container(conf.sync),
+        "name": name, "algorithm": sync_cfg.algorithm if run.sync is not None else name,
+        "periods": periods_label(sync_cfg) if run.sync is not None else "(1)",
+        "workers": run.world, "parameters": n_params, "epochs": conf.train.epochs, "steps_per_worker": run.step,
+        "train_seconds": train_seconds, "steps_per_second": run.step / max(train_seconds, 1e-9),
+        **run.traffic(), "final_valid_ppl": valid_ppl, "history": history,
+        "sync": OmegaConf.to_container(conf.sync),
     }
-    if accelerator.is_main_process:
-        ckpt.atomic_save(core.state_dict(), exp / "final.pt")
-        (exp / "results.json").write_text(json.dumps(results, indent=2))
+    run.save_final()
+    if run.is_main:
+        (run.exp / "results.json").write_text(json.dumps(results, indent=2))
         if writer is not None:
-            writer.add_scalar("valid/ppl_final", valid_ppl, step)
+            writer.add_scalar("valid/ppl_final", valid_ppl, run.step)
             writer.close()
-    accelerator.print(
+    run.accelerator.print(
         f"[train_lm] {name} done: valid ppl of the averaged model {valid_ppl:.2f}, "
         f"{results['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB sent/step/worker, "
         f"{results['steps_per_second']:.2f} steps/s"

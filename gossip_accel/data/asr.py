@@ -1,0 +1,148 @@
+"""ASR training data: Kaldi feats.scp + text -> length-sorted batches with a frame budget.
+
+Batching by length (as Kaldi, ESPnet and icefall do): utterances are sorted by number of
+frames and cut into batches whose padded size (longest utterance x batch size) stays within
+``max_frames``; the order of the batches is shuffled per epoch with a seed. Every rank builds
+the same global list of batches and takes every n-th one, so the split is deterministic and
+needs no communication; ranks may still end up with different counts (the global count is not
+a multiple of n, or data differ per rank), so the training loop agrees on the number of steps
+with one all-reduce per epoch (see :func:`agree_on_steps`).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Utterance:
+    utt: str
+    feats: str  # kaldiio rxspecifier (ark path:offset)
+    frames: int
+    tokens: list[int]
+
+
+def read_map(path: Path) -> dict[str, str]:
+    """Kaldi ``<key> <value...>`` file as a dict; errors name the file and line."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.rstrip("\n").split(maxsplit=1)
+            if not parts:
+                continue
+            if parts[0] in out:
+                raise ValueError(f"{path}:{lineno}: duplicate key {parts[0]!r}")
+            out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
+def load_utterances(
+    data_dir: Path, encode: Callable[[str], list[int]], max_frames_per_utt: Optional[int] = None
+) -> tuple[list[Utterance], dict[str, int]]:
+    """Utterances that have features, frames and a non-empty transcript.
+
+    Returns them with a report of what was left out and why (never silently).
+    """
+    data_dir = Path(data_dir)
+    for f in ("feats.scp", "utt2num_frames", "text"):
+        if not (data_dir / f).is_file():
+            raise FileNotFoundError(f"{data_dir / f} not found: run the feature stage for {data_dir} first")
+    feats, frames, text = (read_map(data_dir / f) for f in ("feats.scp", "utt2num_frames", "text"))
+    dropped = {"no_text": 0, "empty_tokens": 0, "too_long": 0, "too_short_for_ctc": 0}
+    utts = []
+    for utt, spec in feats.items():
+        if utt not in text or utt not in frames:
+            dropped["no_text"] += 1
+            continue
+        tokens = encode(text[utt])
+        n = int(frames[utt])
+        if not tokens:
+            dropped["empty_tokens"] += 1
+        elif max_frames_per_utt and n > max_frames_per_utt:
+            dropped["too_long"] += 1
+        elif n < len(tokens):  # CTC needs at least one frame per label (before subsampling)
+            dropped["too_short_for_ctc"] += 1
+        else:
+            utts.append(Utterance(utt, spec, n, tokens))
+    if not utts:
+        raise ValueError(f"{data_dir}: no usable utterance ({dropped})")
+    return utts, dropped
+
+
+def make_batches(utts: Sequence[Utterance], max_frames: int) -> list[list[Utterance]]:
+    """Length-sorted batches whose padded frame count stays within ``max_frames``."""
+    batches, cur = [], []
+    for u in sorted(utts, key=lambda u: (u.frames, u.utt)):
+        if cur and u.frames * (len(cur) + 1) > max_frames:
+            batches.append(cur)
+            cur = []
+        cur.append(u)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, rank: int, world: int,
+                  shuffle: bool = True) -> list[list[Utterance]]:
+    """This rank's batches of an epoch: a seeded shuffle of the global list, every n-th one."""
+    order = list(range(len(batches)))
+    if shuffle:
+        random.Random(seed * 100_003 + epoch).shuffle(order)
+    return [batches[i] for i in order[rank::world]]
+
+
+def agree_on_steps(local_steps: int) -> int:
+    """The number of steps every rank takes this epoch: the minimum over ranks.
+
+    One all-reduce per epoch: ranks with more batches leave the surplus out, so no rank waits
+    forever in a sync round (gossip rounds are collective).
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local_steps
+    t = torch.tensor([local_steps], dtype=torch.long)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t)
+
+
+def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> dict:
+    """Padded features (B, T, D), their lengths, concatenated targets and target lengths."""
+    import kaldiio
+
+    feats = [torch.from_numpy(kaldiio.load_mat(u.feats)).float() for u in batch]
+    if cmvn is not None:
+        mean, std = cmvn
+        feats = [(f - mean) / std for f in feats]
+    lengths = torch.tensor([f.shape[0] for f in feats])
+    x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    targets = torch.tensor([t for u in batch for t in u.tokens], dtype=torch.long)
+    target_lengths = torch.tensor([len(u.tokens) for u in batch])
+    return {"utts": [u.utt for u in batch], "feats": x, "lengths": lengths, "targets": targets,
+            "target_lengths": target_lengths}
+
+
+def spec_augment(x: torch.Tensor, lengths: torch.Tensor, freq_masks: int, freq_width: int,
+                 time_masks: int, time_width: int, generator: torch.Generator) -> torch.Tensor:
+    """SpecAugment (Park et al. 2019) without time warping: zero random bands of (B, T, D)."""
+    x = x.clone()
+    b, _, d = x.shape
+    for i in range(b):
+        n = int(lengths[i])
+        for _ in range(freq_masks):
+            w = int(torch.randint(0, freq_width + 1, (1,), generator=generator))
+            f0 = int(torch.randint(0, max(1, d - w), (1,), generator=generator))
+            x[i, :, f0:f0 + w] = 0
+        for _ in range(time_masks):
+            w = int(torch.randint(0, min(time_width, max(1, n // 5)) + 1, (1,), generator=generator))
+            t0 = int(torch.randint(0, max(1, n - w), (1,), generator=generator))
+            x[i, t0:t0 + w, :] = 0
+    return x
+
+
+def iterate(batches: Sequence[list[Utterance]], steps: int, cmvn=None) -> Iterator[dict]:
+    for batch in batches[:steps]:
+        yield collate(batch, cmvn)

@@ -1,0 +1,381 @@
+"""Acoustic features of a Kaldi data dir: log-mel filterbanks and global CMVN statistics.
+
+Audio comes from ``wav.scp`` (``<utt> <path>`` or ``<utt> <command> |``), cut by ``segments``
+when the data dir has one. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
+needed) and scaled to the 16-bit integer range, as Kaldi's ``compute-fbank-feats`` sees them, so
+the features equal Kaldi's (``torchaudio.compliance.kaldi.fbank`` with the same options).
+Features are written as Kaldi archives with kaldiio: one ``raw_fbank.<j>.ark/.scp`` per job.
+
+Global CMVN statistics use Kaldi's layout, a (2, dim + 1) double matrix: row 0 holds the sum of
+every dimension and the frame count in the last column, row 1 the sum of squares (and 0).
+"""
+from __future__ import annotations
+
+import io
+import multiprocessing
+import subprocess
+import sys
+import zlib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
+
+
+class FeatureError(RuntimeError):
+    """An utterance whose audio cannot be read or gives no frames (message names utt and path)."""
+
+
+def read_kaldi_map(path: str | Path) -> dict[str, str]:
+    """A Kaldi ``<key> <value...>`` file (wav.scp, text, utt2spk, segments) as a dict.
+
+    The key is the first whitespace-separated field, the value the rest of the line with outer
+    whitespace stripped ("" when the line has only a key). Blank lines are skipped; a key seen
+    twice is an error naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.strip().split(maxsplit=1)
+            if not parts:
+                continue
+            if parts[0] in out:
+                raise ValueError(f"{path}:{lineno}: duplicate key {parts[0]!r} (a Kaldi map needs unique keys; "
+                                 f"run utils/fix_data_dir.sh or deduplicate the file)")
+            out[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return out
+
+
+# --------------------------------------------------------------------------- audio
+
+
+def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
+    """Samples (num_samples, channels) float32 in [-1, 1) and the sample rate of a wav.scp value.
+
+    ``spec`` is a file soundfile reads (WAV, FLAC, NIST SPHERE...) or a shell command ending in
+    ``|`` that writes such a file (normally WAV) to stdout, as in Kaldi's ``wav.scp``.
+    Errors are :class:`FeatureError` naming ``utt`` and ``spec``.
+    """
+    import soundfile as sf
+
+    spec = spec.strip()
+    try:
+        if spec.endswith("|"):
+            cmd = spec[:-1].strip()
+            proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if proc.returncode != 0:
+                err = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
+                raise FeatureError(f"utterance {utt}: command {cmd!r} exited with status {proc.returncode}"
+                                   + (f": {' / '.join(err)}" if err else ""))
+            if not proc.stdout:
+                raise FeatureError(f"utterance {utt}: command {cmd!r} wrote no audio to stdout")
+            data, rate = sf.read(io.BytesIO(proc.stdout), dtype="float32", always_2d=True)
+        else:
+            data, rate = sf.read(spec, dtype="float32", always_2d=True)
+    except FeatureError:
+        raise
+    except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, OSError...
+        raise FeatureError(f"utterance {utt}: cannot read audio {spec!r}: {e}") from None
+    return data, int(rate)
+
+
+@dataclass
+class FbankOptions:
+    """Options of ``torchaudio.compliance.kaldi.fbank`` (Kaldi's names, Kaldi's defaults but dither).
+
+    ``dither`` is 0 by default so that features are deterministic; with dither > 0 the noise is
+    seeded per utterance (CRC32 of its id), so results still do not depend on ``--nj``.
+    """
+
+    num_mel_bins: int = 80
+    frame_length: float = 25.0  # ms
+    frame_shift: float = 10.0  # ms
+    dither: float = 0.0
+    sample_frequency: float = 16000.0
+    low_freq: float = 20.0
+    high_freq: float = 0.0  # <= 0: offset from the Nyquist frequency
+    preemphasis_coefficient: float = 0.97
+    window_type: str = "povey"
+    snip_edges: bool = True
+    remove_dc_offset: bool = True
+    round_to_power_of_two: bool = True
+    use_energy: bool = False
+    energy_floor: float = 0.0
+    use_log_fbank: bool = True
+    use_power: bool = True
+
+    def kwargs(self) -> dict:
+        return asdict(self)
+
+
+def compute_fbank(samples: np.ndarray | torch.Tensor, opts: FbankOptions, seed: int = 0) -> torch.Tensor:
+    """(frames, num_mel_bins) float32 log-mel fbank of mono samples already in 16-bit scale."""
+    import torchaudio.compliance.kaldi as kaldi
+
+    wav = torch.as_tensor(samples, dtype=torch.float32).reshape(1, -1)
+    if opts.dither > 0:
+        torch.manual_seed(seed)
+    return kaldi.fbank(wav, **opts.kwargs())
+
+
+def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, on_rate_mismatch: str = "error",
+                   segment: Optional[tuple[float, float]] = None,
+                   cache: Optional[dict] = None) -> torch.Tensor:
+    """Mono samples in 16-bit scale at ``opts.sample_frequency``, ready for :func:`compute_fbank`.
+
+    ``channel`` -1 requires mono audio (as Kaldi's ``--channel=-1``); 0, 1... picks one.
+    ``on_rate_mismatch``: ``error`` or ``resample`` (torchaudio's sinc interpolation).
+    ``segment`` = (start, end) seconds, end <= 0 meaning the end of the recording.
+    ``cache`` (a dict) keeps the last recording read, for consecutive segments of one file.
+    """
+    if cache is not None and cache.get("spec") == spec:
+        data, rate = cache["audio"]
+    else:
+        data, rate = read_audio(spec, utt)
+        if cache is not None:
+            cache.update(spec=spec, audio=(data, rate))
+    if data.shape[1] > 1 and channel < 0:
+        raise FeatureError(f"utterance {utt}: {spec!r} has {data.shape[1]} channels; pass --channel N "
+                           f"(0 = first) or select one in wav.scp")
+    ch = max(channel, 0)
+    if ch >= data.shape[1]:
+        raise FeatureError(f"utterance {utt}: {spec!r} has {data.shape[1]} channel(s), --channel {channel} asked")
+    x = data[:, ch]
+    if segment is not None:
+        start, end = segment
+        a = int(round(start * rate))
+        b = x.shape[0] if end <= 0 else min(int(round(end * rate)), x.shape[0])
+        if a >= b:
+            raise FeatureError(f"utterance {utt}: segment {start}-{end} s lies outside {spec!r} "
+                               f"({x.shape[0] / rate:.2f} s)")
+        x = x[a:b]
+    wav = torch.from_numpy(np.ascontiguousarray(x)) * INT16_SCALE
+    target = int(opts.sample_frequency)
+    if rate != target:
+        if on_rate_mismatch != "resample":
+            raise FeatureError(f"utterance {utt}: {spec!r} is sampled at {rate} Hz, expected {target} Hz "
+                               f"(pass --on-rate-mismatch resample, or --sample-rate {rate})")
+        import torchaudio.functional as AF
+
+        wav = AF.resample(wav, rate, target)
+    if wav.numel() == 0:
+        raise FeatureError(f"utterance {utt}: {spec!r} has no samples")
+    return wav
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+@dataclass
+class Job:
+    """One feature-extraction job: a contiguous slice of the utterance list."""
+
+    index: int  # 1-based, as Kaldi's JOB
+    entries: list  # [(utt, wav.scp value, segment or None)]
+    out_dir: str
+    opts: FbankOptions
+    channel: int = -1
+    on_rate_mismatch: str = "error"
+    on_error: str = "fail"
+    progress: bool = True
+
+
+@dataclass
+class JobResult:
+    index: int
+    frames: dict  # utt -> number of frames
+    skipped: list  # [(utt, reason)]
+
+
+def utterance_entries(data_dir: str | Path) -> list[tuple[str, str, Optional[tuple[float, float]]]]:
+    """(utt, wav.scp value, segment) for every utterance of a data dir, sorted by utterance id.
+
+    With a ``segments`` file (``<utt> <recording> <start> <end>``) utterances are its keys and
+    the audio is cut from the recording; otherwise the utterances are the keys of ``wav.scp``.
+    """
+    data_dir = Path(data_dir)
+    wav = read_kaldi_map(data_dir / "wav.scp")
+    seg_file = data_dir / "segments"
+    if not seg_file.is_file():
+        return [(u, wav[u], None) for u in sorted(wav)]
+    out = []
+    for utt, value in read_kaldi_map(seg_file).items():
+        parts = value.split()
+        if len(parts) != 3:
+            raise ValueError(f"{seg_file}: line of {utt!r} should be '<utt> <recording> <start> <end>', got {value!r}")
+        reco, start, end = parts[0], float(parts[1]), float(parts[2])
+        if reco not in wav:
+            raise ValueError(f"{seg_file}: utterance {utt!r} refers to recording {reco!r}, absent from {data_dir}/wav.scp")
+        out.append((utt, wav[reco], (start, end)))
+    return sorted(out)
+
+
+def split_contiguous(items: Sequence, n: int) -> list[list]:
+    """``n`` contiguous, non-empty parts whose sizes differ by at most one (Kaldi's split_scp.pl)."""
+    n = max(1, min(n, len(items)))
+    q, r = divmod(len(items), n)
+    parts, start = [], 0
+    for j in range(n):
+        size = q + (1 if j < r else 0)
+        parts.append(list(items[start:start + size]))
+        start += size
+    return parts
+
+
+def run_job(job: Job) -> JobResult:
+    """Compute the job's features into ``<out>/raw_fbank.<j>.ark`` + ``.scp`` (kaldiio WriteHelper).
+
+    A failing utterance raises :class:`FeatureError` (``on_error="fail"``) or is left out and
+    reported on stderr (``on_error="skip"``); an utterance shorter than one frame counts as failing.
+    """
+    import kaldiio
+    from tqdm import tqdm
+
+    torch.set_num_threads(1)  # jobs run side by side, one core each
+    out = Path(job.out_dir)
+    ark, scp = out / f"raw_fbank.{job.index}.ark", out / f"raw_fbank.{job.index}.scp"
+    frames: dict[str, int] = {}
+    skipped: list[tuple[str, str]] = []
+    cache: dict = {}
+    bar = tqdm(job.entries, desc=f"fbank job {job.index}", unit="utt", position=job.index - 1,
+               leave=True, mininterval=2.0, file=sys.stderr, disable=not job.progress)
+    with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
+        for utt, spec, segment in bar:
+            try:
+                wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache)
+                feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
+                if feats.shape[0] == 0:
+                    raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
+                                       f"shorter than one {job.opts.frame_length} ms frame)")
+            except FeatureError as e:
+                if job.on_error != "skip":
+                    raise
+                skipped.append((utt, str(e)))
+                bar.write(f"compute_fbank: skipping {e}", file=sys.stderr)
+                continue
+            writer(utt, feats.numpy())
+            frames[utt] = int(feats.shape[0])
+    bar.close()
+    return JobResult(job.index, frames, skipped)
+
+
+def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, opts: FbankOptions | None = None,
+                      nj: int = 1, channel: int = -1, on_rate_mismatch: str = "error", on_error: str = "fail",
+                      progress: bool = True) -> JobResult:
+    """Features of every utterance of ``data_dir`` in ``nj`` parallel jobs; merge into the data dir.
+
+    Writes ``<out>/raw_fbank.<j>.{ark,scp}`` (j = 1..nj), then ``<data>/feats.scp`` (sorted,
+    absolute ark paths) and ``<data>/utt2num_frames``, and ``<out>/skipped.txt``
+    (``<utt> <reason>`` per skipped utterance; empty if none). Returns the merged result
+    (index 0). Raises :class:`FeatureError` for the first failing utterance unless
+    ``on_error == "skip"``. A stale feats.scp is removed first, so a failed run leaves none.
+    """
+    if on_error not in ("fail", "skip"):
+        raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
+    if on_rate_mismatch not in ("error", "resample"):
+        raise ValueError(f"on_rate_mismatch must be 'error' or 'resample', got {on_rate_mismatch!r}")
+    data_dir = Path(data_dir)
+    out = Path(out_dir) if out_dir is not None else data_dir / "data"
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    opts = opts or FbankOptions()
+    for stale in ("feats.scp", "utt2num_frames"):
+        (data_dir / stale).unlink(missing_ok=True)
+    entries = utterance_entries(data_dir)
+    if not entries:
+        raise ValueError(f"{data_dir}/wav.scp lists no utterances")
+    parts = split_contiguous(entries, nj)
+    jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress)
+            for j, part in enumerate(parts)]
+    if len(jobs) == 1:
+        results = [run_job(jobs[0])]
+    else:
+        # fork where there is one: the workers inherit torch instead of importing it again
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with multiprocessing.get_context(method).Pool(len(jobs)) as pool:
+            results = pool.map(run_job, jobs, chunksize=1)
+    return merge_jobs(data_dir, out, results)
+
+
+def merge_jobs(data_dir: Path, out: Path, results: Sequence[JobResult]) -> JobResult:
+    """Sorted ``<data>/feats.scp`` and ``utt2num_frames`` from the job scps; ``<out>/skipped.txt``."""
+    scp_lines: dict[str, str] = {}
+    for r in results:
+        scp_lines.update(read_kaldi_map(out / f"raw_fbank.{r.index}.scp"))
+    frames = {u: n for r in results for u, n in r.frames.items()}
+    skipped = [s for r in results for s in r.skipped]
+    if set(scp_lines) != set(frames):
+        raise RuntimeError(f"{out}: job scp files and frame counts disagree ({len(scp_lines)} vs {len(frames)} "
+                           f"utterances); rerun the feature stage")
+    keys = sorted(scp_lines)
+    (data_dir / "feats.scp").write_text("".join(f"{u} {scp_lines[u]}\n" for u in keys), encoding="utf-8")
+    (data_dir / "utt2num_frames").write_text("".join(f"{u} {frames[u]}\n" for u in keys), encoding="utf-8")
+    (out / "skipped.txt").write_text("".join(f"{u} {reason}\n" for u, reason in skipped), encoding="utf-8")
+    return JobResult(0, {u: frames[u] for u in keys}, skipped)
+
+
+# --------------------------------------------------------------------------- CMVN
+
+
+def accumulate_cmvn_stats(mats: Iterable[np.ndarray], stats: Optional[np.ndarray] = None) -> np.ndarray:
+    """Add feature matrices (frames, dim) to Kaldi-layout CMVN stats, a (2, dim + 1) float64 matrix."""
+    for i, m in enumerate(mats):
+        m = np.asarray(m, dtype=np.float64)
+        if m.ndim != 2:
+            raise ValueError(f"feature matrix {i} has shape {m.shape}, expected (frames, dim)")
+        if stats is None:
+            stats = np.zeros((2, m.shape[1] + 1), dtype=np.float64)
+        if m.shape[1] != stats.shape[1] - 1:
+            raise ValueError(f"feature matrix {i} has dim {m.shape[1]}, earlier ones {stats.shape[1] - 1}")
+        stats[0, :-1] += m.sum(axis=0)
+        stats[1, :-1] += np.square(m).sum(axis=0)
+        stats[0, -1] += m.shape[0]
+    if stats is None:
+        raise ValueError("no feature matrices to accumulate CMVN statistics from")
+    return stats
+
+
+def load_global_cmvn(path: str | Path, var_floor: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) float32 tensors of shape (dim,) from Kaldi-layout CMVN stats.
+
+    ``path`` holds one (2, dim + 1) matrix (as :mod:`gossip_accel.bin.compute_cmvn` or Kaldi's
+    ``compute-cmvn-stats scp:feats.scp global.cmvn`` write it), or an archive of per-speaker
+    stats, which are summed. The variance is floored at ``var_floor``. Normalize with
+    ``(feats - mean) / std``.
+    """
+    import kaldiio
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run gossip_accel.bin.compute_cmvn on the training data dir")
+    try:
+        stats = np.asarray(kaldiio.load_mat(str(path)), dtype=np.float64)
+    except Exception:
+        try:
+            mats = list(kaldiio.load_ark(str(path)))
+        except Exception as e:
+            raise ValueError(f"{path}: not a Kaldi CMVN stats matrix or archive ({e})") from None
+        if not mats:
+            raise ValueError(f"{path}: empty archive, expected CMVN stats") from None
+        stats = sum(np.asarray(m, dtype=np.float64) for _, m in mats)
+    if stats.ndim != 2 or stats.shape[0] != 2 or stats.shape[1] < 2:
+        raise ValueError(f"{path}: CMVN stats must be a (2, dim + 1) matrix, got shape {stats.shape}")
+    count = stats[0, -1]
+    if count <= 0:
+        raise ValueError(f"{path}: CMVN stats have frame count {count}")
+    mean = stats[0, :-1] / count
+    var = np.maximum(stats[1, :-1] / count - mean ** 2, var_floor)
+    return torch.from_numpy(mean).float(), torch.from_numpy(np.sqrt(var)).float()
+
+
+def fbank_options_from(args) -> FbankOptions:
+    """FbankOptions from argparse attributes of the same names (missing ones keep defaults)."""
+    names = {f.name for f in fields(FbankOptions)}
+    return FbankOptions(**{k: v for k, v in vars(args).items() if k in names})

@@ -1,0 +1,739 @@
+#!/usr/bin/env python3
+"""Build a small LibriSpeech-layout corpus offline: real English sentences read by flite voices.
+
+    python local/make_mini_librispeech.py --out data/mini_librispeech --jobs 2
+    python local/make_mini_librispeech.py --out /tmp/mini --train-utts 200 --eval-utts 40   # smaller
+
+Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
+kal, kal16, awb, rms, slt) and numpy + soundfile (the project's venv). No network, no sox.
+
+Output, in the layout of openslr's LibriSpeech (``<out>/LibriSpeech`` is NOT added: ``--out``
+is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the recipe expects):
+
+    <out>/<subset>/<spk>/<chapter>/<spk>-<chapter>-<utt:04d>.flac    16 kHz mono 16-bit FLAC
+    <out>/<subset>/<spk>/<chapter>/<spk>-<chapter>.trans.txt         "<utt-id> UPPER CASE WORDS"
+    <out>/SPEAKERS.TXT, <out>/CHAPTERS.TXT                           LibriSpeech-style metadata
+    <out>/mini_librispeech.json                                     build parameters + statistics
+
+Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`` and
+``test-other``. Speakers are flite voices varied in tempo (``duration_stretch``), mean pitch
+(``int_f0_target_mean``) and vocal-tract length (a resampling warp that moves formants and
+pitch together, with the tempo change compensated); each speaker has its own recording gain
+and a faint noise floor. Training speakers are variants of kal, kal16, rms and slt; dev-clean
+and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
+test-other is read by a voice never used in training (awb, Scottish-accented male).
+
+Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
+wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
+both test sets from ``wiki.test.tokens`` (so sentences, and even articles, are disjoint between
+train, dev and test; test-clean and test-other share no sentence). Transcripts are normalized
+LibriSpeech-style: upper case, letters, apostrophes and single spaces; hyphens become spaces.
+Sentences that flite would not read as written are left out: digits, abbreviations, acronyms,
+single letters, parentheses, symbols, non-ASCII letters, and -- when flite is there -- any
+sentence whose words as flite's text front end expands them (``flite -pw``) differ from the
+transcript. Kept: 4 to 15 words (``--min-words``/``--max-words``).
+
+Deterministic: a function of the arguments (``--seed``) and the flite build; ``--jobs`` only
+changes the speed. Rerunning with the same arguments on a finished corpus does nothing
+(``mini_librispeech.json`` is the stamp); other arguments rebuild the subsets it lists. A
+folder not built by this script is never deleted: the script stops instead.
+
+The text selection, normalization, speaker plan and layout writing are plain functions; the
+synthesizer is a parameter (``build(..., synthesize=fn, read_words=fn)``), so they can be
+tested without flite.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+PROG = "make_mini_librispeech.py"
+VERSION = 1                      # bump when the output for the same arguments changes
+RATE = 16000
+SUBSETS = ("train-clean-100", "dev-clean", "test-clean", "test-other")
+REPO = Path(__file__).resolve().parents[4]
+DEFAULT_TEXT = REPO / "local" / "data" / "wiki_mini"
+STAMP = "mini_librispeech.json"
+INSTALL_HINT = "install it with: apt-get install flite   (Debian/Ubuntu; as root, or with sudo)"
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    gender: str                  # "M" / "F" (SPEAKERS.TXT)
+    f0: float                    # the voice's own mean pitch (Hz), measured
+    f0_control: bool             # does int_f0_target_mean move its pitch? (rms: no)
+    f0_range: tuple[float, float]  # pitch of its variants (Hz)
+    description: str
+
+
+VOICES = {
+    "kal": Voice("kal", "M", 93.0, True, (80.0, 135.0), "US male, diphone, 8 kHz"),
+    "kal16": Voice("kal16", "M", 95.0, True, (80.0, 135.0), "US male, diphone, 16 kHz"),
+    "rms": Voice("rms", "M", 103.0, False, (90.0, 118.0), "US male, clustergen"),
+    "slt": Voice("slt", "F", 172.0, True, (150.0, 235.0), "US female, clustergen"),
+    "awb": Voice("awb", "M", 131.0, True, (95.0, 160.0), "Scottish English male, clustergen"),
+}
+TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
+OTHER_VOICE = "awb"              # test-other only: never heard in training
+STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
+WARP_RANGE = (0.92, 1.1)         # vocal-tract / resampling warp
+GAIN_DB_RANGE = (-8.0, 0.0)
+
+
+class BuildError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# Text: wikitext tokens -> sentences -> LibriSpeech-style transcripts
+# --------------------------------------------------------------------------------------
+
+CLITICS = {"'s", "'t", "'re", "'ve", "'ll", "'d", "'m", "n't", "'S", "'T", "'RE", "'VE", "'LL", "'D", "'M", "N'T"}
+_GLUE = {"@-@": "-", "@,@": ",", "@.@": "."}
+_ATTACH_LEFT = {",", ".", ";", ":", "?", "!", ")", "%"}
+_ENDS = {".", "?", "!"}
+_HEADING = re.compile(r"^\s*(=\s)+.*(\s=)+\s*$")
+_TITLE = re.compile(r"^\s*=\s(?!=)(.*?)\s=\s*$")
+_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
+_ALLOWED = re.compile(r"[A-Za-z ,.;:?!'\"-]*")
+ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "co", "inc", "ltd", "mt",
+                 "ft", "gen", "col", "lt", "sgt", "prof", "rev", "cf", "ie", "eg", "al", "approx"}
+
+
+@dataclass
+class Sentence:
+    spoken: str                  # what flite reads (detokenized, punctuation kept)
+    transcript: str              # LibriSpeech-style
+    article: str
+
+
+def detokenize(tokens: Sequence[str]) -> str:
+    """Undo wikitext tokenization: ``high @-@ end`` -> ``high-end``, ``Earth 's`` -> ``Earth's``."""
+    out = ""
+    attach = True                # the next token joins without a space (start, after "(", @-@, opening quote)
+    quote_open = False
+    for t in tokens:
+        if t in _GLUE:
+            out += _GLUE[t]
+            attach = True
+            continue
+        if t == '"':
+            out += '"' if (quote_open or attach) else ' "'
+            attach = not quote_open
+            quote_open = not quote_open
+            continue
+        out += t if (attach or t in _ATTACH_LEFT or t in CLITICS) else " " + t
+        attach = t == "("
+    return out.strip()
+
+
+def split_sentences(tokens: Sequence[str]) -> list[list[str]]:
+    """Split a paragraph's tokens after ``.``, ``?``, ``!`` (a closing quote stays with its sentence)."""
+    sents: list[list[str]] = []
+    cur: list[str] = []
+    for t in tokens:
+        if not cur and t == '"' and sents and sents[-1].count('"') % 2 == 1:
+            sents[-1].append(t)
+            continue
+        cur.append(t)
+        if t in _ENDS:
+            sents.append(cur)
+            cur = []
+    if cur:
+        sents.append(cur)
+    return sents
+
+
+def normalize(spoken: str) -> tuple[str | None, str]:
+    """(LibriSpeech-style transcript, "") or (None, reason) when flite would not read it as written."""
+    s = spoken.strip()
+    if not s:
+        return None, "empty"
+    if re.search(r"[0-9]", s):
+        return None, "digits"
+    if not _ALLOWED.fullmatch(s):
+        return None, "symbol or non-ASCII character"
+    if s.count('"') % 2:
+        return None, "unbalanced quote"
+    core = s.rstrip('"')
+    if not core or core[-1] not in ".?!":
+        return None, "no sentence end"
+    if re.search(r"[.?!]", core[:-1]):
+        return None, "abbreviation or inner sentence end"
+    words = []
+    for raw in re.split(r"[\s-]+", s):
+        w = raw.strip(",.;:?!\"")
+        if not w:
+            if raw.strip(",.;:?!\"-"):
+                return None, "stray punctuation"
+            continue
+        if not _WORD.fullmatch(w):
+            return None, "not a plain word: " + w
+        if any(c.isupper() for c in w[1:]):
+            return None, "acronym or mixed case: " + w
+        if len(w) == 1 and w not in ("a", "A", "I"):
+            return None, "single letter: " + w
+        if w.lower().split("'")[0] in ABBREVIATIONS:
+            return None, "abbreviation: " + w
+        words.append(w.upper())
+    if not words:
+        return None, "no words"
+    return " ".join(words), ""
+
+
+def read_articles(path: Path) -> list[tuple[str, list[list[str]]]]:
+    """A wikitext file as [(title, [paragraph tokens, ...]), ...] (headings dropped)."""
+    if not path.is_file():
+        raise BuildError(f"{path}: missing (expected the wikitext-format text, e.g. {DEFAULT_TEXT}/wiki.train.tokens)")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise BuildError(f"{path}:{line}: invalid UTF-8") from None
+    articles: list[tuple[str, list[list[str]]]] = []
+    for line in text.splitlines():
+        m = _TITLE.match(line)
+        if m:
+            articles.append((m.group(1).strip(), []))
+            continue
+        if not line.strip() or _HEADING.match(line):
+            continue
+        if not articles:
+            articles.append(("", []))
+        articles[-1][1].append(line.split())
+    return articles
+
+
+def eligible_sentences(articles, min_words: int, max_words: int, rejected: dict | None = None) -> list[list[Sentence]]:
+    """Per article, its sentences that normalize and have min_words..max_words words (document order)."""
+    out = []
+    for title, paragraphs in articles:
+        sents = []
+        for para in paragraphs:
+            for toks in split_sentences(para):
+                if "'" in toks:                      # a lone ' : quote or plural possessive, ambiguous
+                    reason, tr = "lone apostrophe", None
+                else:
+                    spoken = detokenize(toks)
+                    tr, reason = normalize(spoken)
+                if tr is not None and not (min_words <= len(tr.split()) <= max_words):
+                    tr, reason = None, "length"
+                if tr is None:
+                    if rejected is not None:
+                        key = reason.split(":")[0]
+                        rejected[key] = rejected.get(key, 0) + 1
+                    continue
+                sents.append(Sentence(spoken, tr, title))
+        out.append(sents)
+    return out
+
+
+def _plain(words: str) -> str:
+    return words.replace("'", "").upper()
+
+
+def flite_words(sentences: Sequence[str], voice: str = "kal") -> list[list[str]]:
+    """The words flite's English front end makes of each sentence (``flite -pw``), upper case."""
+    if not sentences:
+        return []
+    with tempfile.TemporaryDirectory(prefix="mini_ls_pw.") as tmp:
+        path = Path(tmp) / "text.txt"
+        path.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
+        r = subprocess.run(["flite", "-voice", voice, "-pw", "-f", str(path), "none"],
+                           capture_output=True, text=True, check=True)
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+    if len(lines) != len(sentences):          # flite split or merged utterances: one at a time
+        if len(sentences) == 1:
+            return [[w for ln in lines for w in ln]]
+        return [flite_words([s], voice)[0] for s in sentences]
+    return [[w.upper() for w in ln] for ln in lines]
+
+
+def flite_agrees(sentences: Sequence[Sentence], read_words=flite_words, batch: int = 200, jobs: int = 1) -> list[bool]:
+    """For each sentence: do flite's words equal the transcript's (apostrophes ignored)?"""
+    chunks = [sentences[i:i + batch] for i in range(0, len(sentences), batch)]
+
+    def check(chunk):
+        words = read_words([s.spoken for s in chunk])
+        res = []
+        for s, w in zip(chunk, words):
+            joined: list[str] = []
+            for x in w:                         # flite keeps "'s" apart: "SMITH 'S"
+                if x.startswith("'") and joined:
+                    joined[-1] += x
+                else:
+                    joined.append(x)
+            res.append(_plain(" ".join(joined)) == _plain(s.transcript))
+        return res
+
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        return [ok for part in ex.map(check, chunks) for ok in part]
+
+
+def take(pool: list[Sentence], n: int, used: set[str], agree=None, what: str = "") -> list[Sentence]:
+    """The first n sentences of pool whose transcript is not in used (and that flite reads as written)."""
+    out: list[Sentence] = []
+    i = 0
+    step = max(n, 50)
+    while len(out) < n and i < len(pool):
+        cand = [s for s in pool[i:i + step + n // 4] if s.transcript not in used]
+        i += step + n // 4
+        ok = agree(cand) if agree else [True] * len(cand)
+        for s, good in zip(cand, ok):
+            if good and s.transcript not in used and len(out) < n:
+                out.append(s)
+                used.add(s.transcript)
+    if len(out) < n:
+        raise BuildError(f"only {len(out)} usable sentences for {what} (wanted {n}); "
+                         f"lower the count or widen --min-words/--max-words")
+    return out
+
+
+def order_pool(per_article: list[list[Sentence]], seed: int, name: str) -> list[Sentence]:
+    """Articles in a seeded order, sentences in document order inside each (chapters read like books)."""
+    idx = list(range(len(per_article)))
+    random.Random(f"{seed}:{name}").shuffle(idx)
+    return [s for i in idx for s in per_article[i]]
+
+
+# --------------------------------------------------------------------------------------
+# Speakers and the corpus plan
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class Speaker:
+    id: int
+    subset: str
+    voice: str
+    stretch: float               # duration factor (> 1: slower)
+    f0: float                    # mean pitch (Hz) after the warp
+    warp: float                  # vocal-tract warp (> 1: shorter tract, higher formants)
+    gain_db: float
+    chapters: list[int] = field(default_factory=list)
+
+    @property
+    def gender(self) -> str:
+        return VOICES[self.voice].gender
+
+    def flite_args(self) -> list[str]:
+        """flite options that, followed by the warp, give this speaker."""
+        v = VOICES[self.voice]
+        args = ["-voice", self.voice, "--setf", f"duration_stretch={self.stretch * self.warp:.4f}"]
+        if v.f0_control:
+            args += ["--setf", f"int_f0_target_mean={self.f0 / self.warp:.2f}"]
+        return args
+
+    def name(self) -> str:
+        return f"flite {self.voice} f0={self.f0:.0f}Hz tempo={1 / self.stretch:.2f} warp={self.warp:.3f}"
+
+
+def _norm_params(voice: Voice, f0: float, stretch: float, warp: float) -> tuple[float, float, float]:
+    lo, hi = voice.f0_range
+    return ((f0 - lo) / (hi - lo), (stretch - STRETCH_RANGE[0]) / (STRETCH_RANGE[1] - STRETCH_RANGE[0]),
+            (warp - WARP_RANGE[0]) / (WARP_RANGE[1] - WARP_RANGE[0]))
+
+
+def draw_variants(voice: str, n: int, rng: random.Random, taken: list[tuple[float, float, float]],
+                  min_dist: float = 0.25) -> list[tuple[float, float, float]]:
+    """n (f0, stretch, warp) for voice, each at least min_dist (unit cube) from all of taken."""
+    v = VOICES[voice]
+    out = []
+    dist = min_dist
+    tries = 0
+    while len(out) < n:
+        warp = rng.uniform(*WARP_RANGE)
+        stretch = rng.uniform(*STRETCH_RANGE)
+        f0 = rng.uniform(*v.f0_range) if v.f0_control else v.f0 * warp
+        p = _norm_params(v, f0, stretch, warp)
+        if all(math.dist(p, _norm_params(v, *q)) >= dist for q in taken):
+            q = (round(f0, 1), round(stretch, 3), round(warp, 3))
+            out.append(q)
+            taken.append(q)
+            tries = 0
+        else:
+            tries += 1
+            if tries > 200:              # crowded: accept closer variants rather than loop
+                dist *= 0.8
+                tries = 0
+    return out
+
+
+@dataclass
+class Utt:
+    subset: str
+    speaker: int
+    chapter: int
+    index: int
+    spoken: str
+    transcript: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.speaker}-{self.chapter}-{self.index:04d}"
+
+    def rel_dir(self) -> Path:
+        return Path(self.subset) / str(self.speaker) / str(self.chapter)
+
+
+def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_speakers: int,
+                  train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str = OTHER_VOICE) -> list[Speaker]:
+    """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids."""
+    if other_voice in train_voices:
+        raise BuildError(f"the test-other voice {other_voice} must not be a training voice ({' '.join(train_voices)})")
+    for v in (*train_voices, other_voice):
+        if v not in VOICES:
+            raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
+    rng = random.Random(f"{seed}:speakers")
+    plan: list[tuple[str, str, tuple[float, float, float]]] = []
+    for v in train_voices:
+        taken: list = []
+        for subset, n in (("train-clean-100", train_per_voice), ("dev-clean", eval_per_voice),
+                          ("test-clean", eval_per_voice)):
+            plan += [(subset, v, p) for p in draw_variants(v, n, rng, taken)]
+    taken = []
+    plan += [("test-other", other_voice, p) for p in draw_variants(other_voice, other_speakers, rng, taken)]
+    ids = rng.sample(range(100, 9000), len(plan))
+    speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
+                for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
+    return speakers
+
+
+def plan_corpus(speakers: list[Speaker], texts: dict[str, list[Sentence]], seed: int,
+                chapters_per_speaker: dict[str, int]) -> list[Utt]:
+    """Deal each subset's sentences (in order) to its speakers, in chapters of consecutive sentences."""
+    rng = random.Random(f"{seed}:chapters")
+    chapter_ids = iter(rng.sample(range(10000, 300000), sum(chapters_per_speaker.get(s.subset, 1) for s in speakers)))
+    utts: list[Utt] = []
+    for subset in SUBSETS:
+        spks = [s for s in speakers if s.subset == subset]
+        sents = texts.get(subset, [])
+        if not spks:
+            continue
+        nch = chapters_per_speaker.get(subset, 1)
+        chunks = _split_even(sents, len(spks) * nch)
+        for k, spk in enumerate(spks):
+            spk.chapters = [next(chapter_ids) for _ in range(nch)]
+            for c, ch in enumerate(spk.chapters):
+                for i, s in enumerate(chunks[k * nch + c]):
+                    utts.append(Utt(subset, spk.id, ch, i, s.spoken, s.transcript))
+    return utts
+
+
+def _split_even(items: list, parts: int) -> list[list]:
+    q, r = divmod(len(items), parts)
+    out, i = [], 0
+    for k in range(parts):
+        n = q + (1 if k < r else 0)
+        out.append(items[i:i + n])
+        i += n
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Audio
+# --------------------------------------------------------------------------------------
+
+def resample(x, rate_in: float, rate_out: int, zeros: int = 16):
+    """Band-limited resampling (Kaiser-windowed sinc, any ratio), numpy only."""
+    import numpy as np
+    x = np.asarray(x, dtype=np.float64)
+    if rate_in == rate_out:
+        return x.astype(np.float32)
+    ratio = rate_out / rate_in
+    n_out = int(round(len(x) * ratio))
+    cutoff = min(1.0, ratio) * 0.97               # of the input Nyquist
+    half = zeros / cutoff                          # window half-width, input samples
+    k = int(math.ceil(half))
+    offs = np.arange(-k + 1, k + 1)
+    beta = 8.0
+    y = np.empty(n_out, dtype=np.float64)
+    block = 8192
+    for b in range(0, n_out, block):
+        t = np.arange(b, min(n_out, b + block)) / ratio
+        base = np.floor(t).astype(np.int64)
+        idx = base[:, None] + offs[None, :]
+        d = t[:, None] - idx
+        u = np.clip(d / half, -1.0, 1.0)
+        w = cutoff * np.sinc(cutoff * d) * np.i0(beta * np.sqrt(1.0 - u * u)) / np.i0(beta)
+        w[np.abs(d) >= half] = 0.0
+        valid = (idx >= 0) & (idx < len(x))
+        y[b:b + len(t)] = np.sum(np.where(valid, x[np.clip(idx, 0, len(x) - 1)], 0.0) * w, axis=1)
+    return y.astype(np.float32)
+
+
+def render(audio, rate: int, spk: Speaker, utt_id: str, seed: int, noise_db: float | None):
+    """Synthesizer output -> the speaker's 16 kHz signal: warp + resample, gain, noise floor."""
+    import numpy as np
+    # played warp times faster: formants and pitch x warp, duration / warp (flite got stretch*warp)
+    y = resample(audio, rate * spk.warp, RATE)
+    y = y * (10.0 ** (spk.gain_db / 20.0))
+    if noise_db is not None:
+        rng = np.random.default_rng(zlib.crc32(f"{seed}:{utt_id}".encode()))
+        y = y + rng.standard_normal(len(y)).astype(np.float32) * (10.0 ** (noise_db / 20.0))
+    peak = float(np.max(np.abs(y))) if len(y) else 0.0
+    if peak > 0.99:
+        y = y * (0.99 / peak)
+    return y.astype(np.float32)
+
+
+def flite_synthesize(text: str, spk: Speaker):
+    """(float32 samples, rate) of flite reading text with the speaker's voice/tempo/pitch."""
+    import soundfile as sf
+    r = subprocess.run(["flite", *spk.flite_args(), "-t", text, "-o", "/dev/stdout"],
+                       capture_output=True, check=False)
+    if r.returncode != 0 or len(r.stdout) < 44:
+        raise BuildError(f"flite failed (exit {r.returncode}) for {spk.voice!r} on {text!r}: "
+                         f"{r.stderr.decode(errors='replace').strip()[:300]}")
+    x, rate = sf.read(io.BytesIO(r.stdout), dtype="float32")
+    if x.ndim > 1:
+        x = x.mean(axis=1)
+    return x, rate
+
+
+def check_flite(voices: Iterable[str]) -> None:
+    if shutil.which("flite") is None:
+        raise BuildError(f"the 'flite' program is not installed; {INSTALL_HINT}")
+    r = subprocess.run(["flite", "-lv"], capture_output=True, text=True)
+    have = set(r.stdout.replace("Voices available:", "").split())
+    missing = [v for v in voices if v not in have]
+    if missing:
+        raise BuildError(f"flite lacks the voice(s) {' '.join(missing)} (it has: {' '.join(sorted(have))}); "
+                         f"Debian's flite package has kal kal16 awb rms slt: {INSTALL_HINT}")
+
+
+# --------------------------------------------------------------------------------------
+# Layout
+# --------------------------------------------------------------------------------------
+
+def write_transcripts(root: Path, utts: list[Utt]) -> None:
+    """<spk>-<chapter>.trans.txt per chapter, lines in utterance order."""
+    by_dir: dict[Path, list[Utt]] = {}
+    for u in utts:
+        by_dir.setdefault(u.rel_dir(), []).append(u)
+    for d, us in by_dir.items():
+        (root / d).mkdir(parents=True, exist_ok=True)
+        u0 = us[0]
+        text = "".join(f"{u.id} {u.transcript}\n" for u in sorted(us, key=lambda u: u.index))
+        (root / d / f"{u0.speaker}-{u0.chapter}.trans.txt").write_text(text, encoding="utf-8")
+
+
+def write_audio(root: Path, utts: list[Utt], speakers: dict[int, Speaker], synthesize, seed: int,
+                noise_db: float | None, jobs: int, progress: bool = False) -> dict[str, float]:
+    """One FLAC per utterance (written to a temporary name, then renamed); returns {utt: seconds}."""
+    import soundfile as sf
+
+    def one(u: Utt) -> tuple[str, float]:
+        spk = speakers[u.speaker]
+        x, rate = synthesize(u.spoken, spk)
+        y = render(x, rate, spk, u.id, seed, noise_db)
+        path = root / u.rel_dir() / f"{u.id}.flac"
+        tmp = path.with_name(f".{u.id}.tmp.flac")
+        sf.write(str(tmp), y, RATE, format="FLAC", subtype="PCM_16")
+        os.replace(tmp, path)
+        return u.id, len(y) / RATE
+
+    durs: dict[str, float] = {}
+    t0 = time.time()
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        for k, (uid, d) in enumerate(ex.map(one, utts), 1):
+            durs[uid] = d
+            if progress and (k % 250 == 0 or k == len(utts)):
+                print(f"{PROG}: {k}/{len(utts)} utterances ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return durs
+
+
+def write_metadata(root: Path, speakers: list[Speaker], utts: list[Utt], durs: dict[str, float],
+                   chapter_titles: dict[int, str]) -> None:
+    """SPEAKERS.TXT and CHAPTERS.TXT in LibriSpeech's format (minutes of audio per speaker/chapter)."""
+    spk_min: dict[int, float] = {}
+    ch_min: dict[int, float] = {}
+    for u in utts:
+        d = durs.get(u.id, 0.0) / 60.0
+        spk_min[u.speaker] = spk_min.get(u.speaker, 0.0) + d
+        ch_min[u.chapter] = ch_min.get(u.chapter, 0.0) + d
+    lines = ["; Speaker metadata of a synthetic mini LibriSpeech built by make_mini_librispeech.py",
+             "; (flite voices; NAME gives voice, mean pitch, tempo and vocal-tract warp)",
+             ";ID    |SEX| SUBSET           |MINUTES| NAME"]
+    for s in sorted(speakers, key=lambda s: s.id):
+        lines.append(f"{s.id:<6}| {s.gender} | {s.subset:<17}| {spk_min.get(s.id, 0.0):5.2f} | {s.name()}")
+    (root / "SPEAKERS.TXT").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines = ["; Chapter metadata of a synthetic mini LibriSpeech built by make_mini_librispeech.py",
+             "; (CH. TITLE: the Wikipedia article the chapter's first sentence comes from, CC BY-SA)",
+             ";ID     |READER|MINUTES| SUBSET           | PROJ.|BOOK ID| CH. TITLE            | PROJECT TITLE"]
+    for s in sorted(speakers, key=lambda s: s.id):
+        for ch in s.chapters:
+            if ch not in ch_min:
+                continue
+            lines.append(f"{ch:<7}| {s.id:<5}| {ch_min[ch]:5.2f} | {s.subset:<17}| 0    | 0     | "
+                         f"{chapter_titles.get(ch, ''):<21}| Wikipedia (wiki_mini)")
+    (root / "CHAPTERS.TXT").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# The whole build
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class Config:
+    seed: int = 0
+    train_utts: int = 1500
+    eval_utts: int = 160            # each of dev-clean, test-clean, test-other
+    train_speakers_per_voice: int = 5
+    eval_speakers_per_voice: int = 2
+    other_speakers: int = 8
+    train_chapters_per_speaker: int = 2
+    min_words: int = 4
+    max_words: int = 15
+    noise_db: float | None = -60.0
+    check_with_flite: bool = True
+    text: str = str(DEFAULT_TEXT)
+
+
+def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
+    """Sentences per subset: train from wiki.train, dev from wiki.valid, tests from wiki.test; disjoint."""
+    text = Path(cfg.text)
+    rejected: dict[str, int] = {}
+    pools = {}
+    for split in ("train", "valid", "test"):
+        per_article = eligible_sentences(read_articles(text / f"wiki.{split}.tokens"), cfg.min_words,
+                                         cfg.max_words, rejected)
+        pools[split] = order_pool(per_article, cfg.seed, split)
+    used: set[str] = set()
+    out = {}
+    # evaluation sentences first, so that a sentence also found in wiki.train stays out of train
+    out["dev-clean"] = take(pools["valid"], cfg.eval_utts, used, agree, "dev-clean (wiki.valid.tokens)")
+    out["test-clean"] = take(pools["test"], cfg.eval_utts, used, agree, "test-clean (wiki.test.tokens)")
+    rest = [s for s in pools["test"] if s.transcript not in used]
+    out["test-other"] = take(rest, cfg.eval_utts, used, agree, "test-other (wiki.test.tokens)")
+    out["train-clean-100"] = take(pools["train"], cfg.train_utts, used, agree, "train-clean-100 (wiki.train.tokens)")
+    if stats is not None:
+        stats["rejected_sentences"] = dict(sorted(rejected.items(), key=lambda kv: -kv[1]))
+        stats["eligible_sentences"] = {k: len(v) for k, v in pools.items()}
+    return out
+
+
+def build(out: Path, cfg: Config, synthesize: Callable = flite_synthesize, read_words: Callable | None = flite_words,
+          jobs: int = 1, progress: bool = False) -> dict:
+    """Build the corpus into out (subset folders + metadata); returns the statistics (also in the stamp)."""
+    t0 = time.time()
+    stats: dict = {}
+    agree = (lambda c: flite_agrees(c, read_words, jobs=jobs)) if (cfg.check_with_flite and read_words) else None
+    texts = select_texts(cfg, agree, stats)
+    speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers)
+    utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
+    titles: dict[int, str] = {}
+    for subset, sents in texts.items():
+        chapters = [u for u in utts if u.subset == subset]
+        for u, s in zip(chapters, sents):
+            titles.setdefault(u.chapter, s.article)
+    out.mkdir(parents=True, exist_ok=True)
+    write_transcripts(out, utts)
+    durs = write_audio(out, utts, {s.id: s for s in speakers}, synthesize, cfg.seed, cfg.noise_db, jobs, progress)
+    write_metadata(out, speakers, utts, durs, titles)
+    subsets = {}
+    for subset in SUBSETS:
+        us = [u for u in utts if u.subset == subset]
+        sec = sum(durs[u.id] for u in us)
+        subsets[subset] = {
+            "utterances": len(us), "hours": round(sec / 3600, 3),
+            "speakers": len({u.speaker for u in us}), "chapters": len({u.chapter for u in us}),
+            "words": sum(len(u.transcript.split()) for u in us),
+            "mean_seconds": round(sec / max(1, len(us)), 2),
+            "voices": sorted({s.voice for s in speakers if s.subset == subset}),
+        }
+    stats.update(subsets=subsets, build_seconds=round(time.time() - t0, 1))
+    return stats
+
+
+def _stamp_config(cfg: Config) -> dict:
+    d = asdict(cfg)
+    d["text"] = str(Path(cfg.text).resolve())
+    d["version"] = VERSION
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True, help="corpus root (holds the subset folders)")
+    ap.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"wikitext-format text (default {DEFAULT_TEXT})")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-utts", type=int, default=Config.train_utts)
+    ap.add_argument("--eval-utts", type=int, default=Config.eval_utts, help="utterances in each of dev-clean, test-clean, test-other")
+    ap.add_argument("--train-speakers-per-voice", type=int, default=Config.train_speakers_per_voice,
+                    help=f"training voices: {' '.join(TRAIN_VOICES)}")
+    ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
+                    help="speakers per training voice in dev-clean and in test-clean")
+    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help=f"test-other speakers (voice {OTHER_VOICE})")
+    ap.add_argument("--min-words", type=int, default=Config.min_words)
+    ap.add_argument("--max-words", type=int, default=Config.max_words)
+    ap.add_argument("--noise-db", default="-60", help="noise floor, dB re full scale, or 'off' (default -60)")
+    ap.add_argument("--no-flite-check", action="store_true",
+                    help="keep sentences even if flite's words (flite -pw) differ from the transcript")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args(argv)
+    for name in ("train_utts", "eval_utts", "train_speakers_per_voice", "eval_speakers_per_voice", "other_speakers",
+                 "min_words", "jobs"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_words < args.min_words:
+        ap.error("--max-words must be >= --min-words")
+    try:
+        noise = None if args.noise_db == "off" else float(args.noise_db)
+    except ValueError:
+        ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
+    cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
+                 args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text))
+    out: Path = args.out
+    stamp = out / STAMP
+    want = _stamp_config(cfg)
+    try:
+        check_flite([*TRAIN_VOICES, OTHER_VOICE])
+        if stamp.is_file():
+            old = json.loads(stamp.read_text(encoding="utf-8"))
+            if old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
+                print(f"{PROG}: {out} is up to date (built with the same arguments; {STAMP}); nothing to do")
+                return 0
+            print(f"{PROG}: {out} was built with other arguments: rebuilding", file=sys.stderr)
+            stamp.unlink()
+            for s in SUBSETS:
+                shutil.rmtree(out / s, ignore_errors=True)
+        else:
+            clash = [s for s in SUBSETS if (out / s).exists()]
+            if clash:
+                raise BuildError(f"{out} already holds {' '.join(clash)} not built by this script (no {STAMP}); "
+                                 f"remove it or choose another --out")
+        print(f"{PROG}: building {out} with {args.jobs} job(s) (flite voices {' '.join(TRAIN_VOICES)} for train, "
+              f"{OTHER_VOICE} for test-other)", file=sys.stderr, flush=True)
+        stats = build(out, cfg, jobs=args.jobs, progress=True)
+    except BuildError as e:
+        raise SystemExit(f"{PROG}: error: {e}") from None
+    tmp = stamp.with_name(f".{STAMP}.tmp")
+    tmp.write_text(json.dumps({"config": want, "stats": stats}, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, stamp)
+    for subset, s in stats["subsets"].items():
+        print(f"{PROG}: {subset:16s} {s['utterances']:5d} utts {s['hours']:6.3f} h {s['speakers']:3d} speakers "
+              f"{s['chapters']:3d} chapters, voices {','.join(s['voices'])}")
+    print(f"{PROG}: wrote {out} in {stats['build_seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
