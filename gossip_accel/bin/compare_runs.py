@@ -4,8 +4,8 @@
 
 Reads each run's ``results.json`` (written by gossip_accel.bin.train_lm) and writes
 ``<out>.md``, ``<out>.json`` and ``<out>.png`` (validation perplexity against epoch, the
-paper's Figure 2). The traffic ratio is relative to the first run that communicated every
-step (DDP) if there is one, else to the first run.
+paper's Figure 2). The traffic ratio is relative to the DDP run if there is one, else to the
+first run that communicated (e.g. MA).
 """
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def load(run: Path) -> dict:
 
 
 def table(rows: list[dict]) -> list[str]:
-    ref_row = next((r for r in rows if r["name"] == "ddp"), rows[0])
+    ref_row = next((r for r in rows if r["name"].startswith("ddp")), None) or next(
+        (r for r in rows if r["bytes_sent_per_step_per_worker"] > 0), rows[0])
     ref = ref_row["bytes_sent_per_step_per_worker"] or None
     out = ["| method | workers | periods | epochs | valid ppl | test ppl | MB sent/worker | MB sent/step/worker "
            f"| traffic vs {ref_row['name']} | train time (s) |", "|" + "---|" * 10]

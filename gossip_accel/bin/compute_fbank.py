@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     n, frames = len(result.frames), sum(result.frames.values())
     print(f"compute_fbank: {args.data}/feats.scp: {n} utterances, {frames} frames "
           f"({frames * opts.frame_shift / 3.6e6:.2f} h), {opts.num_mel_bins} mel bins", file=sys.stderr)
+    for utt, reason in result.skipped:
+        print(f"compute_fbank: skipped {utt}: {reason}", file=sys.stderr)
     if result.skipped:
         print(f"compute_fbank: WARNING: {len(result.skipped)} utterance(s) skipped (listed in {out}/skipped.txt) "
               f"and left out of {args.data}/feats.scp", file=sys.stderr)

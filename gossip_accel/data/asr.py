@@ -113,7 +113,7 @@ def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch
     """Padded features (B, T, D), their lengths, concatenated targets and target lengths."""
     import kaldiio
 
-    feats = [torch.from_numpy(kaldiio.load_mat(u.feats)).float() for u in batch]
+    feats = [torch.tensor(kaldiio.load_mat(u.feats), dtype=torch.float32) for u in batch]
     if cmvn is not None:
         mean, std = cmvn
         feats = [(f - mean) / std for f in feats]

@@ -212,7 +212,8 @@ def utterance_entries(data_dir: str | Path) -> list[tuple[str, str, Optional[tup
             raise ValueError(f"{seg_file}: line of {utt!r} should be '<utt> <recording> <start> <end>', got {value!r}")
         reco, start, end = parts[0], float(parts[1]), float(parts[2])
         if reco not in wav:
-            raise ValueError(f"{seg_file}: utterance {utt!r} refers to recording {reco!r}, absent from {data_dir}/wav.scp")
+            raise ValueError(f"{seg_file}: utterance {utt!r} refers to recording {reco!r}, "
+                             f"absent from {data_dir}/wav.scp")
         out.append((utt, wav[reco], (start, end)))
     return sorted(out)
 
@@ -233,7 +234,7 @@ def run_job(job: Job) -> JobResult:
     """Compute the job's features into ``<out>/raw_fbank.<j>.ark`` + ``.scp`` (kaldiio WriteHelper).
 
     A failing utterance raises :class:`FeatureError` (``on_error="fail"``) or is left out and
-    reported on stderr (``on_error="skip"``); an utterance shorter than one frame counts as failing.
+    returned in ``skipped`` (``on_error="skip"``); an utterance shorter than one frame counts as failing.
     """
     import kaldiio
     from tqdm import tqdm
@@ -257,8 +258,7 @@ def run_job(job: Job) -> JobResult:
             except FeatureError as e:
                 if job.on_error != "skip":
                     raise
-                skipped.append((utt, str(e)))
-                bar.write(f"compute_fbank: skipping {e}", file=sys.stderr)
+                skipped.append((utt, str(e).removeprefix(f"utterance {utt}: ")))  # the caller reports them
                 continue
             writer(utt, feats.numpy())
             frames[utt] = int(feats.shape[0])
@@ -284,13 +284,13 @@ def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, o
     data_dir = Path(data_dir)
     out = Path(out_dir) if out_dir is not None else data_dir / "data"
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
     opts = opts or FbankOptions()
-    for stale in ("feats.scp", "utt2num_frames"):
-        (data_dir / stale).unlink(missing_ok=True)
     entries = utterance_entries(data_dir)
     if not entries:
         raise ValueError(f"{data_dir}/wav.scp lists no utterances")
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("feats.scp", "utt2num_frames"):
+        (data_dir / stale).unlink(missing_ok=True)
     parts = split_contiguous(entries, nj)
     jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress)
             for j, part in enumerate(parts)]

@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -171,6 +172,8 @@ def normalize(spoken: str) -> tuple[str | None, str]:
         return None, "symbol or non-ASCII character"
     if s.count('"') % 2:
         return None, "unbalanced quote"
+    if not (s[0].isalpha() or s[0] == '"'):
+        return None, "starts inside a sentence"
     core = s.rstrip('"')
     if not core or core[-1] not in ".?!":
         return None, "no sentence end"
@@ -245,25 +248,46 @@ def eligible_sentences(articles, min_words: int, max_words: int, rejected: dict 
     return out
 
 
-def _plain(words: str) -> str:
-    return words.replace("'", "").upper()
+# flite's -pw names a homograph by its pronunciation ("read" -> REED / RED): same written word
+HOMOGRAPHS = {("REED", "READ"), ("RED", "READ"), ("LEED", "LEAD"), ("LED", "LEAD")}
+
+
+def same_words(flite: Sequence[str], transcript: str) -> bool:
+    """flite's words (``flite -pw``) == the transcript's, apostrophes and homograph spellings aside."""
+    joined: list[str] = []
+    for x in flite:                             # flite keeps "'s" apart: "SMITH 'S"
+        if x.startswith("'") and joined:
+            joined[-1] += x
+        else:
+            joined.append(x)
+    a = [w.replace("'", "").upper() for w in joined]
+    b = [w.replace("'", "") for w in transcript.split()]
+    return len(a) == len(b) and all(x == y or (x, y) in HOMOGRAPHS for x, y in zip(a, b))
 
 
 def flite_words(sentences: Sequence[str], voice: str = "kal") -> list[list[str]]:
-    """The words flite's English front end makes of each sentence (``flite -pw``), upper case."""
+    """The words flite's English front end makes of each sentence (``flite -pw``), upper case.
+
+    One flite call per batch (one utterance per line of output; the audio is made 50 times
+    too short and discarded, which makes it cheap); a batch in which flite splits or merges
+    utterances is bisected down to single sentences."""
     if not sentences:
         return []
     with tempfile.TemporaryDirectory(prefix="mini_ls_pw.") as tmp:
         path = Path(tmp) / "text.txt"
-        path.write_text("\n\n".join(sentences) + "\n", encoding="utf-8")
-        r = subprocess.run(["flite", "-voice", voice, "-pw", "-f", str(path), "none"],
-                           capture_output=True, text=True, check=True)
-    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    if len(lines) != len(sentences):          # flite split or merged utterances: one at a time
-        if len(sentences) == 1:
-            return [[w for ln in lines for w in ln]]
-        return [flite_words([s], voice)[0] for s in sentences]
-    return [[w.upper() for w in ln] for ln in lines]
+        # in a file, flite ends an utterance at a colon too: a comma reads the same words
+        path.write_text("\n\n".join(x.replace(":", ",") for x in sentences) + "\n", encoding="utf-8")
+        r = subprocess.run(["flite", "-voice", voice, "--setf", "duration_stretch=0.02", "-pw", "-f", str(path), "none"],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"flite -pw failed (exit {r.returncode}): {r.stderr.strip()[:300]}")
+    lines = [ln.upper().split() for ln in r.stdout.splitlines() if ln.strip()]
+    if len(lines) == len(sentences):
+        return lines
+    if len(sentences) == 1:
+        return [[w for ln in lines for w in ln]]
+    h = len(sentences) // 2
+    return flite_words(sentences[:h], voice) + flite_words(sentences[h:], voice)
 
 
 def flite_agrees(sentences: Sequence[Sentence], read_words=flite_words, batch: int = 200, jobs: int = 1) -> list[bool]:
@@ -271,46 +295,57 @@ def flite_agrees(sentences: Sequence[Sentence], read_words=flite_words, batch: i
     chunks = [sentences[i:i + batch] for i in range(0, len(sentences), batch)]
 
     def check(chunk):
-        words = read_words([s.spoken for s in chunk])
-        res = []
-        for s, w in zip(chunk, words):
-            joined: list[str] = []
-            for x in w:                         # flite keeps "'s" apart: "SMITH 'S"
-                if x.startswith("'") and joined:
-                    joined[-1] += x
-                else:
-                    joined.append(x)
-            res.append(_plain(" ".join(joined)) == _plain(s.transcript))
-        return res
+        return [same_words(w, s.transcript) for s, w in zip(chunk, read_words([s.spoken for s in chunk]))]
 
     with ThreadPoolExecutor(max(1, jobs)) as ex:
         return [ok for part in ex.map(check, chunks) for ok in part]
 
 
-def take(pool: list[Sentence], n: int, used: set[str], agree=None, what: str = "") -> list[Sentence]:
-    """The first n sentences of pool whose transcript is not in used (and that flite reads as written)."""
-    out: list[Sentence] = []
-    i = 0
-    step = max(n, 50)
-    while len(out) < n and i < len(pool):
-        cand = [s for s in pool[i:i + step + n // 4] if s.transcript not in used]
-        i += step + n // 4
-        ok = agree(cand) if agree else [True] * len(cand)
-        for s, good in zip(cand, ok):
-            if good and s.transcript not in used and len(out) < n:
+class Source:
+    """Sentences of a list of articles, handed out in order by ``take``; remembers where it stopped."""
+
+    def __init__(self, articles: list[list[Sentence]]):
+        self.articles = deque(articles)
+        self.pending: deque[Sentence] = deque()
+        self.flite_rejected = 0
+        self.titles: list[str] = []          # articles opened, in order
+
+    def _open(self, art: list[Sentence], used: set[str], agree) -> None:
+        cand = [s for s in art if s.transcript not in used]
+        ok = agree(cand) if (agree and cand) else [True] * len(cand)
+        self.flite_rejected += ok.count(False)
+        self.pending.extend(s for s, good in zip(cand, ok) if good)
+        if art:
+            self.titles.append(art[0].article)
+
+    def take(self, n: int, used: set[str], agree=None, spare: "Source | None" = None, what: str = "") -> list[Sentence]:
+        """The next n usable sentences (not in used; read as written by flite when agree is given).
+
+        When this source runs dry, whole articles are taken from the END of spare (so that
+        they leave spare's own use entirely)."""
+        out: list[Sentence] = []
+        while len(out) < n:
+            if not self.pending:
+                if self.articles:
+                    self._open(self.articles.popleft(), used, agree)
+                elif spare is not None and spare.articles:
+                    self._open(spare.articles.pop(), used, agree)
+                else:
+                    raise BuildError(f"only {len(out)} usable sentences for {what} (wanted {n}); "
+                                     f"lower the count or widen --min-words/--max-words")
+                continue
+            s = self.pending.popleft()
+            if s.transcript not in used:
                 out.append(s)
                 used.add(s.transcript)
-    if len(out) < n:
-        raise BuildError(f"only {len(out)} usable sentences for {what} (wanted {n}); "
-                         f"lower the count or widen --min-words/--max-words")
-    return out
+        return out
 
 
-def order_pool(per_article: list[list[Sentence]], seed: int, name: str) -> list[Sentence]:
-    """Articles in a seeded order, sentences in document order inside each (chapters read like books)."""
+def order_articles(per_article: list[list[Sentence]], seed: int, name: str) -> list[list[Sentence]]:
+    """Articles in a seeded order (sentences stay in document order: chapters read like books)."""
     idx = list(range(len(per_article)))
     random.Random(f"{seed}:{name}").shuffle(idx)
-    return [s for i in idx for s in per_article[i]]
+    return [per_article[i] for i in idx]
 
 
 # --------------------------------------------------------------------------------------
@@ -607,25 +642,28 @@ class Config:
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
-    """Sentences per subset: train from wiki.train, dev from wiki.valid, tests from wiki.test; disjoint."""
+    """Sentences per subset, disjoint: dev-clean from wiki.valid, test-clean then test-other from
+    wiki.test, train from wiki.train. An evaluation set that runs short is topped up with whole
+    articles of wiki.train (those articles are then left out of train: disjoint by article)."""
     text = Path(cfg.text)
     rejected: dict[str, int] = {}
-    pools = {}
+    src = {}
     for split in ("train", "valid", "test"):
         per_article = eligible_sentences(read_articles(text / f"wiki.{split}.tokens"), cfg.min_words,
                                          cfg.max_words, rejected)
-        pools[split] = order_pool(per_article, cfg.seed, split)
+        src[split] = Source(order_articles(per_article, cfg.seed, split))
     used: set[str] = set()
     out = {}
-    # evaluation sentences first, so that a sentence also found in wiki.train stays out of train
-    out["dev-clean"] = take(pools["valid"], cfg.eval_utts, used, agree, "dev-clean (wiki.valid.tokens)")
-    out["test-clean"] = take(pools["test"], cfg.eval_utts, used, agree, "test-clean (wiki.test.tokens)")
-    rest = [s for s in pools["test"] if s.transcript not in used]
-    out["test-other"] = take(rest, cfg.eval_utts, used, agree, "test-other (wiki.test.tokens)")
-    out["train-clean-100"] = take(pools["train"], cfg.train_utts, used, agree, "train-clean-100 (wiki.train.tokens)")
+    train = src["train"]
+    out["dev-clean"] = src["valid"].take(cfg.eval_utts, used, agree, train, "dev-clean (wiki.valid.tokens)")
+    out["test-clean"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-clean (wiki.test.tokens)")
+    out["test-other"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-other (wiki.test.tokens)")
+    out["train-clean-100"] = train.take(cfg.train_utts, used, agree, None, "train-clean-100 (wiki.train.tokens)")
     if stats is not None:
         stats["rejected_sentences"] = dict(sorted(rejected.items(), key=lambda kv: -kv[1]))
-        stats["eligible_sentences"] = {k: len(v) for k, v in pools.items()}
+        stats["rejected_sentences"]["flite reads it differently"] = sum(x.flite_rejected for x in src.values())
+        stats["articles"] = {"dev-clean": src["valid"].titles, "test": src["test"].titles,
+                             "train-clean-100": train.titles}
     return out
 
 

@@ -1,0 +1,1 @@
+"""ASR pieces: CTC decoding and WER scoring."""

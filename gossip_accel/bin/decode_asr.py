@@ -1,0 +1,125 @@
+"""Decode a data dir with a trained CTC model and score it (Kaldi's %WER format).
+
+    python -m gossip_accel.bin.decode_asr --exp-dir exp/dnn_gossip_bmuf-n4 --data data/test_clean \\
+        --out exp/dnn_gossip_bmuf-n4/decode_test_clean_greedy [--method beam --beam 8] \\
+        [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0]
+
+Greedy (best path) decoding is batched; beam search is CTC prefix beam search
+(gossip_accel.asr.ctc_decode), optionally with shallow fusion of a unit-level LSTMP LM
+trained by gossip_accel.bin.train_lm on the training transcripts written as units (the
+ASR recipe's LM stage). Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
+``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from tqdm import tqdm
+
+from ..asr.ctc_decode import greedy_decode, prefix_beam_search
+from ..asr.scoring import write_scoring_dir
+from ..data.asr import collate, load_utterances, make_batches, read_map
+from .train_asr import build_model, feature_dim, load_cmvn, load_conf, load_tokenizer
+
+
+class UnitLM:
+    """log P(next unit | prefix) from a unit-level LSTMP LM, cached per prefix.
+
+    The LM's vocabulary holds unit strings (e.g. ``▁THE``); ASR ids map to it by string, units
+    it lacks to ``<unk>``. The context starts with ``<eos>``, as the LM saw between sentences.
+    """
+
+    def __init__(self, lm_dir: Path, id_to_unit: Callable[[int], str]):
+        from .train_lm import build_model as build_lm, load_conf as load_lm_conf
+        from ..data.lm import EOS, UNK, Vocabulary
+
+        conf = load_lm_conf([str(lm_dir / "config.yaml")], [])
+        self.vocab = Vocabulary.load(Path(conf.data.dir) / conf.data.vocab)
+        self.model = build_lm(conf, self.vocab)
+        self.model.load_state_dict(torch.load(lm_dir / "final.pt", map_location="cpu", weights_only=True))
+        self.model.eval()
+        self.unk, self.eos = self.vocab.index[UNK], self.vocab.index[EOS]
+        self.id_to_unit = id_to_unit
+        self.cache: dict[tuple, tuple[torch.Tensor, tuple]] = {}
+
+    def _lm_id(self, asr_id: int) -> int:
+        return self.vocab.index.get(self.id_to_unit(asr_id), self.unk)
+
+    @torch.no_grad()
+    def _state(self, prefix: tuple) -> tuple[torch.Tensor, tuple]:
+        """(log-probs over the LM vocabulary after ``prefix``, recurrent state)."""
+        if prefix in self.cache:
+            return self.cache[prefix]
+        if prefix:
+            _, state = self._state(prefix[:-1])
+            token = self._lm_id(prefix[-1])
+        else:
+            state, token = None, self.eos
+        m = self.model
+        h, state = m.lstm(m.embedding(torch.tensor([[token]])), state)
+        logp = m.softmax.log_prob(h[:, -1])[0]
+        self.cache[prefix] = (logp, state)
+        return logp, state
+
+    def __call__(self, prefix: tuple, token: int) -> float:
+        return float(self._state(prefix)[0][self._lm_id(token)])
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--exp-dir", required=True)
+    ap.add_argument("--data", required=True, help="Kaldi data dir with feats.scp, utt2num_frames, text")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--method", choices=["greedy", "beam"], default="greedy")
+    ap.add_argument("--beam", type=int, default=8)
+    ap.add_argument("--lm-dir", help="a unit-level LM run dir (config.yaml, final.pt) for shallow fusion")
+    ap.add_argument("--lm-weight", type=float, default=0.3)
+    ap.add_argument("--insertion-bonus", type=float, default=0.0)
+    ap.add_argument("--max-frames", type=int, default=20000)
+    args = ap.parse_args(argv)
+
+    exp, data, out = Path(args.exp_dir), Path(args.data), Path(args.out)
+    for f in ("config.yaml", "final.pt"):
+        if not (exp / f).is_file():
+            raise SystemExit(f"decode_asr: {exp / f} not found; run the training stage first")
+    conf = load_conf([str(exp / "config.yaml")], [])
+    tok = load_tokenizer(conf.data.lang)
+    utts, dropped = load_utterances(data, tok.encode)
+    cmvn = load_cmvn(conf)
+    model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
+    model.load_state_dict(torch.load(exp / "final.pt", map_location="cpu", weights_only=True))
+    model.eval()
+    lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
+    if lm is not None and args.method != "beam":
+        raise SystemExit("decode_asr: --lm-dir needs --method beam (shallow fusion happens in the beam search)")
+
+    hyps: dict[str, str] = {}
+    batches = make_batches(utts, args.max_frames)
+    with torch.no_grad():
+        for b in tqdm(batches, desc=f"decode {data.name} ({args.method})", mininterval=2.0):
+            batch = collate(b, cmvn)
+            logp, olens = model(batch["feats"], batch["lengths"])
+            if args.method == "greedy":
+                seqs = greedy_decode(logp, olens)
+            else:
+                seqs = [prefix_beam_search(logp[i], int(olens[i]), beam=args.beam, lm_score=lm,
+                                           lm_weight=args.lm_weight if lm else 0.0,
+                                           insertion_bonus=args.insertion_bonus)[0].tokens
+                        for i in range(len(b))]
+            for utt, seq in zip(batch["utts"], seqs):
+                hyps[utt] = tok.decode(seq)
+    refs = read_map(data / "text")
+    stats = write_scoring_dir(out, refs, hyps)
+    summary = {"data": str(data), "method": args.method, "beam": args.beam if args.method == "beam" else None,
+               "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None, **stats.as_dict(),
+               "left_out_before_decoding": dropped}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"{stats.kaldi_lines()[0]} {out}")
+
+
+if __name__ == "__main__":
+    main()

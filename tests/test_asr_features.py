@@ -1,0 +1,172 @@
+"""ASR front end: Kaldi fbank of a data dir (jobs, pipes, errors), global CMVN, CTC units.
+
+Audio is generated here (chirps written with soundfile); the entry points are called in-process
+through their ``main(argv)``.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import kaldiio
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+import torchaudio.compliance.kaldi as kaldi
+
+from gossip_accel.bin import compute_cmvn, compute_fbank, train_units
+from gossip_accel.data.features import (FbankOptions, FeatureError, load_global_cmvn, load_utterance, read_audio,
+                                        read_kaldi_map, split_contiguous)
+from gossip_accel.data.units import Tokenizer
+
+
+def chirp(seconds: float, rate: int = 16000, f0: float = 100.0, f1: float = 4000.0, seed: int = 0) -> np.ndarray:
+    """int16 chirp plus a little noise (so no mel bin is silent)."""
+    t = np.arange(int(seconds * rate)) / rate
+    phase = 2 * np.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * seconds))
+    x = 0.5 * np.sin(phase) + 0.01 * np.random.default_rng(seed).standard_normal(t.shape)
+    return np.round(x * 32767).astype(np.int16)
+
+
+def make_data_dir(root: Path, corrupt: bool = False) -> Path:
+    """data dir with WAV, FLAC, NIST SPHERE and a pipe entry (+ a corrupt and an empty file)."""
+    audio, data = root / "audio", root / "data"
+    audio.mkdir(parents=True)
+    data.mkdir()
+    wav = {}
+    for i, (fmt, ext) in enumerate([("WAV", "wav"), ("FLAC", "flac"), ("NIST", "sph"), ("WAV", "wav")]):
+        p = audio / f"u{i}.{ext}"
+        sf.write(p, chirp(0.5 + 0.25 * i, seed=i), 16000, subtype="PCM_16", format=fmt)
+        wav[f"spk-u{i}"] = str(p)
+    wav["spk-u4"] = f"cat {audio / 'u0.wav'} |"
+    if corrupt:
+        (audio / "bad.wav").write_bytes(b"RIFF\x00\x01garbage" * 10)
+        sf.write(audio / "empty.wav", np.zeros(0, dtype=np.int16), 16000, subtype="PCM_16")
+        wav["spk-bad"] = str(audio / "bad.wav")
+        wav["spk-empty"] = str(audio / "empty.wav")
+    (data / "wav.scp").write_text("".join(f"{u} {v}\n" for u, v in sorted(wav.items())))
+    return data
+
+
+def test_fbank_equals_torchaudio_and_ark_roundtrip(tmp_path):
+    data = make_data_dir(tmp_path)
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "fbank"), "--no-progress"])
+    feats = read_kaldi_map(data / "feats.scp")
+    frames = read_kaldi_map(data / "utt2num_frames")
+    assert sorted(feats) == [f"spk-u{i}" for i in range(5)] == list(feats)
+    for i in range(4):
+        samples = torch.from_numpy(sf.read(tmp_path / "audio" / ["u0.wav", "u1.flac", "u2.sph", "u3.wav"][i],
+                                           dtype="int16")[0].astype(np.float32))
+        ref = kaldi.fbank(samples[None], num_mel_bins=80, frame_length=25.0, frame_shift=10.0, dither=0.0,
+                          sample_frequency=16000.0)
+        mine = kaldiio.load_mat(feats[f"spk-u{i}"])
+        assert mine.dtype == np.float32 and mine.shape == (ref.shape[0], 80)
+        assert int(frames[f"spk-u{i}"]) == ref.shape[0]
+        np.testing.assert_array_equal(mine, ref.numpy())
+    np.testing.assert_array_equal(kaldiio.load_mat(feats["spk-u4"]), kaldiio.load_mat(feats["spk-u0"]))  # pipe
+    assert (tmp_path / "fbank" / "raw_fbank.1.ark").is_file() and (tmp_path / "fbank" / "skipped.txt").read_text() == ""
+
+
+def test_nj2_equals_nj1_and_options(tmp_path):
+    d1 = make_data_dir(tmp_path / "a")
+    d2 = tmp_path / "b"
+    shutil.copytree(d1, d2)
+    compute_fbank.main(["--data", str(d1), "--out", str(tmp_path / "f1"), "--nj", "1", "--num-mel-bins", "40",
+                        "--no-progress"])
+    compute_fbank.main(["--data", str(d2), "--out", str(tmp_path / "f2"), "--nj", "2", "--num-mel-bins", "40",
+                        "--no-progress"])
+    s1, s2 = read_kaldi_map(d1 / "feats.scp"), read_kaldi_map(d2 / "feats.scp")
+    assert list(s1) == list(s2) and len(s1) == 5
+    assert read_kaldi_map(d1 / "utt2num_frames") == read_kaldi_map(d2 / "utt2num_frames")
+    assert {v.rsplit(":", 1)[0] for v in s2.values()} == {str((tmp_path / "f2" / f"raw_fbank.{j}.ark").resolve())
+                                                          for j in (1, 2)}
+    for u in s1:
+        a, b = kaldiio.load_mat(s1[u]), kaldiio.load_mat(s2[u])
+        assert a.shape[1] == 40
+        np.testing.assert_array_equal(a, b)
+    assert [len(p) for p in split_contiguous(list(range(7)), 3)] == [3, 2, 2]
+
+
+@pytest.mark.parametrize("nj", [1, 2])
+def test_corrupt_audio_fail_or_skip(tmp_path, capsys, nj):
+    data = make_data_dir(tmp_path, corrupt=True)
+    with pytest.raises(SystemExit) as e:
+        compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", str(nj), "--no-progress"])
+    assert "spk-bad" in str(e.value) and "bad.wav" in str(e.value)
+    assert not (data / "feats.scp").exists()
+
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", str(nj), "--on-error", "skip",
+                        "--no-progress"])
+    err = capsys.readouterr().err
+    assert "2 utterance(s) skipped" in err and "spk-bad" in err and "spk-empty" in err
+    skipped = read_kaldi_map(tmp_path / "f" / "skipped.txt")
+    assert sorted(skipped) == ["spk-bad", "spk-empty"] and "no samples" in skipped["spk-empty"]
+    feats = read_kaldi_map(data / "feats.scp")
+    assert sorted(feats) == [f"spk-u{i}" for i in range(5)]
+    assert list(read_kaldi_map(data / "utt2num_frames")) == list(feats)
+
+
+def test_sample_rate_mismatch_and_bad_pipe(tmp_path):
+    p = tmp_path / "x8k.wav"
+    sf.write(p, chirp(1.0, rate=8000), 8000, subtype="PCM_16")
+    opts = FbankOptions()
+    with pytest.raises(FeatureError, match=r"utt8k.*8000 Hz.*--on-rate-mismatch resample"):
+        load_utterance(str(p), "utt8k", opts)
+    wav = load_utterance(str(p), "utt8k", opts, on_rate_mismatch="resample")
+    assert wav.shape[0] == 16000
+    with pytest.raises(FeatureError, match=r"uttp.*exited with status"):
+        read_audio("false |", "uttp")
+
+
+def test_segments(tmp_path):
+    data = make_data_dir(tmp_path)
+    (data / "segments").write_text("seg-a spk-u3 0.0 0.5\nseg-b spk-u3 0.5 -1\n")
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", "2", "--no-progress"])
+    frames = read_kaldi_map(data / "utt2num_frames")
+    assert frames == {"seg-a": "48", "seg-b": "73"}  # 0.5 s and 0.75 s at 25/10 ms, snip_edges
+
+
+def test_cmvn_stats_equal_numpy(tmp_path):
+    data = make_data_dir(tmp_path)
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--no-progress"])
+    compute_cmvn.main(["--data", str(data)])
+    stats = kaldiio.load_mat(str(data / "cmvn.ark"))
+    assert stats.dtype == np.float64 and stats.shape == (2, 81)
+    allf = np.concatenate([kaldiio.load_mat(v) for v in read_kaldi_map(data / "feats.scp").values()]).astype(np.float64)
+    assert stats[0, 80] == allf.shape[0] and stats[1, 80] == 0
+    np.testing.assert_allclose(stats[0, :80], allf.sum(0), rtol=1e-10)
+    np.testing.assert_allclose(stats[1, :80], (allf ** 2).sum(0), rtol=1e-10)
+    mean, std = load_global_cmvn(data / "cmvn.ark")
+    assert mean.dtype == torch.float32 and mean.shape == (80,)
+    np.testing.assert_allclose(mean.numpy(), allf.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(std.numpy(), allf.std(0), rtol=1e-4, atol=1e-5)
+
+
+TEXT = ["HELLO WORLD", "THE CAT SAT ON THE MAT", "IT'S A DOG'S LIFE", "HELLO THERE GENERAL KENOBI",
+        "SPEECH RECOGNITION WITH CONNECTIONIST TEMPORAL CLASSIFICATION", "A MAN A PLAN A CANAL PANAMA"]
+
+
+@pytest.mark.parametrize("unit_type", ["bpe", "char"])
+def test_units_roundtrip_and_layout(tmp_path, unit_type):
+    text = tmp_path / "text"
+    text.write_text("".join(f"utt{i} {t}\n" for i, t in enumerate(TEXT * 3)) + "utt-empty\n")
+    args = ["--text", str(text), "--unit-type", unit_type, "--vocab-size", "60"]
+    train_units.main(args + ["--lang-dir", str(tmp_path / "l1")])
+    train_units.main(args + ["--lang-dir", str(tmp_path / "l2")])
+    assert (tmp_path / "l1" / "bpe.model").read_bytes() == (tmp_path / "l2" / "bpe.model").read_bytes()
+    tok = Tokenizer(tmp_path / "l1")
+    lines = (tmp_path / "l1" / "tokens.txt").read_text().splitlines()
+    assert lines[:2] == ["<blk> 0", "<unk> 1"] and len(lines) == tok.vocab_size
+    assert [line.split()[1] for line in lines] == [str(i) for i in range(tok.vocab_size)]
+    if unit_type == "bpe":
+        assert tok.vocab_size == 60
+    else:
+        chars = {c for t in TEXT for c in t if c != " "}
+        assert tok.vocab_size == 3 + len(chars) and "▁ 2" in lines  # blank, unk, word boundary, chars
+    for t in TEXT:
+        ids = tok.encode(t)
+        assert ids and 0 not in ids and tok.decode(ids) == t
+        assert tok.decode([0] + ids + [0]) == t  # blanks dropped
+    assert tok.unk_id in tok.encode("HELLO ZZZ")  # Z never seen
+    assert tok.decode(tok.encode("HELLO ZZZ")).startswith("HELLO <unk>")

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The shared ASR stages of every ASR recipe, after its own data preparation (stages 0-1):
+#   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
+#   4 train CTC models with `accelerate launch`, one run per --algorithms entry
+#   5 unit-level LSTMP LM on the training transcripts (for shallow fusion; --use-lm true)
+#   6 decode every test set: greedy, and beam search (+ LM)   7 RESULTS.md: one WER row per run, set and method
+#
+#   utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
+#       --conf conf/train_dnn.yaml --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- overrides]
+#
+# Every stage skips work that is done (.done markers); training resumes from its last epoch.
+set -euo pipefail
+stage=2
+stop_stage=7
+train_set=train_clean_100
+dev_set=dev_clean
+test_sets="test_clean test_other"
+nj=2
+num_mel_bins=80
+unit_type=bpe            # bpe | char
+vocab_size=300
+conf=conf/train_dnn.yaml
+algorithms=gossip_bmuf   # single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
+num_workers=4
+launcher=accelerate
+port=29541
+use_lm=true
+lm_conf=conf/lm_units.yaml
+beam=8
+lm_weight=0.5
+insertion_bonus=1.0
+exp=exp
+help_message="Usage: utils/run_asr.sh [options] [-- trainer overrides]"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/log.sh"
+. "$here/parse_options.sh"
+[ "${1:-}" = "--" ] && shift
+extra=("$@")
+[ -f "$conf" ] || die "--conf $conf not found"
+lang=data/lang_${unit_type}${vocab_size}
+tag=$(basename "$conf" .yaml); tag=${tag#train_}
+
+run_dir() {
+  case $1 in
+    single) echo "$exp/${tag}_single-n1" ;;
+    ddp) echo "$exp/${tag}_ddp-n$num_workers" ;;
+    *) echo "$exp/${tag}_$1-n$num_workers" ;;
+  esac
+}
+
+if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
+  for x in $train_set $dev_set $test_sets; do
+    if [ -f data/$x/.fbank.done ]; then log "Stage 2: data/$x has features"; continue; fi
+    log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
+    python -m gossip_accel.bin.compute_fbank --data data/$x --out fbank/$x --nj $nj --num-mel-bins $num_mel_bins
+    touch data/$x/.fbank.done
+  done
+  python -m gossip_accel.bin.compute_cmvn --data data/$train_set
+fi
+
+if [ $stage -le 3 ] && [ $stop_stage -ge 3 ]; then
+  if [ -f $lang/.done ]; then
+    log "Stage 3: $lang exists"
+  else
+    log "Stage 3: $unit_type units ($vocab_size) from data/$train_set/text -> $lang"
+    python -m gossip_accel.bin.train_units --text data/$train_set/text --lang-dir $lang \
+      --unit-type $unit_type --vocab-size $vocab_size
+    touch $lang/.done
+  fi
+fi
+
+if [ $stage -le 4 ] && [ $stop_stage -ge 4 ]; then
+  for algo in $algorithms; do
+    dir=$(run_dir $algo)
+    if [ -f $dir/.done ]; then log "Stage 4: $dir already trained"; continue; fi
+    workers=$num_workers
+    case $algo in
+      single) workers=1; sync_args=(sync.enabled=false) ;;
+      ddp) sync_args=(sync.enabled=false) ;;
+      *) sync_args=(sync.algorithm=$algo) ;;
+    esac
+    mkdir -p $dir
+    log "Stage 4: training $tag with '$algo' on $workers worker(s) -> $dir (log: $dir/train.log)"
+    "$here/launch.sh" --num-workers $workers --launcher $launcher --port $port -- \
+      -m gossip_accel.bin.train_asr --config $conf --exp-dir $dir --name $(basename $dir) \
+      data.train=data/$train_set data.valid=data/$dev_set data.lang=$lang "${sync_args[@]}" \
+      ${extra[@]+"${extra[@]}"} 2>&1 | tee -a $dir/train.log | grep --line-buffered '^\[train_asr\]' || true
+    if [ ! -f $dir/results.json ]; then
+      grep -E 'Error|error:' $dir/train.log | grep -v Warning | sort -u | tail -n 5 >&2 || true
+      die "training '$algo' failed; see $dir/train.log"
+    fi
+    touch $dir/.done
+  done
+fi
+
+lm_dir=$exp/lm_${unit_type}${vocab_size}
+if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
+  if [ -f $lm_dir/.done ]; then
+    log "Stage 5: $lm_dir already trained"
+  else
+    log "Stage 5: unit-level LSTMP LM on the training transcripts -> $lm_dir"
+    python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$train_set/text --out data/lm_units/src/wiki.train.tokens
+    python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$dev_set/text --out data/lm_units/src/wiki.valid.tokens
+    python -m gossip_accel.bin.prepare_lm --src data/lm_units/src --out data/lm_units/lm
+    mkdir -p $lm_dir
+    "$here/launch.sh" --num-workers 1 --launcher $launcher --port $port -- \
+      -m gossip_accel.bin.train_lm --config $lm_conf --exp-dir $lm_dir data.dir=data/lm_units/lm sync.enabled=false \
+      2>&1 | tee -a $lm_dir/train.log | grep --line-buffered '^\[train_lm\]' || true
+    [ -f $lm_dir/results.json ] || die "LM training failed; see $lm_dir/train.log"
+    touch $lm_dir/.done
+  fi
+fi
+
+if [ $stage -le 6 ] && [ $stop_stage -ge 6 ]; then
+  for algo in $algorithms; do
+    dir=$(run_dir $algo)
+    for x in $test_sets; do
+      methods="greedy beam"
+      [ "$use_lm" = true ] && methods="$methods beam_lm"
+      for m in $methods; do
+        out=$dir/decode_${x}_$m
+        if [ -f $out/.done ]; then log "Stage 6: $out done"; continue; fi
+        case $m in
+          greedy) args=(--method greedy) ;;
+          beam) args=(--method beam --beam $beam) ;;
+          beam_lm) args=(--method beam --beam $beam --lm-dir $lm_dir --lm-weight $lm_weight --insertion-bonus $insertion_bonus) ;;
+        esac
+        log "Stage 6: decoding data/$x with $(basename $dir) ($m)"
+        python -m gossip_accel.bin.decode_asr --exp-dir $dir --data data/$x --out $out "${args[@]}"
+        touch $out/.done
+      done
+    done
+  done
+fi
+
+if [ $stage -le 7 ] && [ $stop_stage -ge 7 ]; then
+  log "Stage 7: $exp/RESULTS.md"
+  dirs=()
+  for algo in $algorithms; do dirs+=("$(run_dir $algo)"); done
+  python -m gossip_accel.bin.asr_report --out $exp/RESULTS.md "${dirs[@]}"
+fi
