@@ -18,7 +18,7 @@ test_sets="test_clean test_other"
 nj=2
 num_mel_bins=80
 unit_type=bpe            # bpe | char
-vocab_size=300
+vocab_size=300           # BPE only
 conf=conf/train_dnn.yaml
 algorithms=gossip_bmuf   # single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
 num_workers=4
@@ -37,7 +37,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [ "${1:-}" = "--" ] && shift
 extra=("$@")
 [ -f "$conf" ] || die "--conf $conf not found"
-lang=data/lang_${unit_type}${vocab_size}
+if [ "$unit_type" = char ]; then lang=data/lang_char; units_args=(--unit-type char)
+else lang=data/lang_${unit_type}${vocab_size}; units_args=(--unit-type $unit_type --vocab-size $vocab_size); fi
 tag=$(basename "$conf" .yaml); tag=${tag#train_}
 
 run_dir() {
@@ -62,9 +63,8 @@ if [ $stage -le 3 ] && [ $stop_stage -ge 3 ]; then
   if [ -f $lang/.done ]; then
     log "Stage 3: $lang exists"
   else
-    log "Stage 3: $unit_type units ($vocab_size) from data/$train_set/text -> $lang"
-    python -m gossip_accel.bin.train_units --text data/$train_set/text --lang-dir $lang \
-      --unit-type $unit_type --vocab-size $vocab_size
+    log "Stage 3: $unit_type units from data/$train_set/text -> $lang"
+    python -m gossip_accel.bin.train_units --text data/$train_set/text --lang-dir $lang "${units_args[@]}"
     touch $lang/.done
   fi
 fi
@@ -93,7 +93,7 @@ if [ $stage -le 4 ] && [ $stop_stage -ge 4 ]; then
   done
 fi
 
-lm_dir=$exp/lm_${unit_type}${vocab_size}
+lm_dir=$exp/lm_$(basename $lang)
 if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
   if [ -f $lm_dir/.done ]; then
     log "Stage 5: $lm_dir already trained"

@@ -81,11 +81,12 @@ class Voice:
     f0_control: bool             # does int_f0_target_mean move its pitch? (rms: no)
     f0_range: tuple[float, float]  # pitch of its variants (Hz)
     description: str
+    min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
 
 
 VOICES = {
-    "kal": Voice("kal", "M", 93.0, True, (80.0, 135.0), "US male, diphone, 8 kHz"),
-    "kal16": Voice("kal16", "M", 95.0, True, (80.0, 135.0), "US male, diphone, 16 kHz"),
+    "kal": Voice("kal", "M", 93.0, True, (90.0, 140.0), "US male, diphone, 8 kHz", 88.0),
+    "kal16": Voice("kal16", "M", 95.0, True, (90.0, 140.0), "US male, diphone, 16 kHz", 88.0),
     "rms": Voice("rms", "M", 103.0, False, (90.0, 118.0), "US male, clustergen"),
     "slt": Voice("slt", "F", 172.0, True, (150.0, 235.0), "US female, clustergen"),
     "awb": Voice("awb", "M", 131.0, True, (95.0, 160.0), "Scottish English male, clustergen"),
@@ -397,8 +398,10 @@ def draw_variants(voice: str, n: int, rng: random.Random, taken: list[tuple[floa
         stretch = rng.uniform(*STRETCH_RANGE)
         f0 = rng.uniform(*v.f0_range) if v.f0_control else v.f0 * warp
         p = _norm_params(v, f0, stretch, warp)
+        if v.f0_control and f0 / warp < v.min_target:
+            continue
         if all(math.dist(p, _norm_params(v, *q)) >= dist for q in taken):
-            q = (round(f0, 1), round(stretch, 3), round(warp, 3))
+            q = (round(f0, 1), round(stretch, 3), round(warp * 200) / 200)   # warp * rate: a multiple of 40 Hz
             out.append(q)
             taken.append(q)
             tries = 0
@@ -462,6 +465,9 @@ def plan_corpus(speakers: list[Speaker], texts: dict[str, list[Sentence]], seed:
         if not spks:
             continue
         nch = chapters_per_speaker.get(subset, 1)
+        if len(sents) < len(spks) * nch:
+            raise BuildError(f"{subset}: {len(sents)} utterances cannot fill {len(spks)} speakers x {nch} chapter(s); "
+                             f"ask for more utterances or fewer speakers")
         chunks = _split_even(sents, len(spks) * nch)
         for k, spk in enumerate(spks):
             spk.chapters = [next(chapter_ids) for _ in range(nch)]
@@ -485,31 +491,30 @@ def _split_even(items: list, parts: int) -> list[list]:
 # Audio
 # --------------------------------------------------------------------------------------
 
-def resample(x, rate_in: float, rate_out: int, zeros: int = 16):
-    """Band-limited resampling (Kaiser-windowed sinc, any ratio), numpy only."""
+def resample(x, rate_in: int, rate_out: int, zeros: int = 16):
+    """Band-limited polyphase resampling between integer rates (Kaiser-windowed sinc), numpy only."""
     import numpy as np
     x = np.asarray(x, dtype=np.float64)
+    rate_in, rate_out = int(rate_in), int(rate_out)
     if rate_in == rate_out:
         return x.astype(np.float32)
-    ratio = rate_out / rate_in
-    n_out = int(round(len(x) * ratio))
-    cutoff = min(1.0, ratio) * 0.97               # of the input Nyquist
-    half = zeros / cutoff                          # window half-width, input samples
+    g = math.gcd(rate_in, rate_out)
+    up, down = rate_out // g, rate_in // g           # output n sits at input time n * down / up
+    cutoff = min(1.0, up / down) * 0.97              # of the input Nyquist
+    half = zeros / cutoff                            # window half-width, input samples
     k = int(math.ceil(half))
     offs = np.arange(-k + 1, k + 1)
-    beta = 8.0
+    d = np.arange(up)[:, None] / up - offs[None, :]  # phase x tap: distance to the input sample
+    u = np.clip(d / half, -1.0, 1.0)
+    h = cutoff * np.sinc(cutoff * d) * np.i0(8.0 * np.sqrt(1.0 - u * u)) / np.i0(8.0)
+    h[np.abs(d) >= half] = 0.0
+    n_out = (len(x) * up) // down
+    xp = np.concatenate([np.zeros(k), x, np.zeros(k + 1)])
     y = np.empty(n_out, dtype=np.float64)
-    block = 8192
-    for b in range(0, n_out, block):
-        t = np.arange(b, min(n_out, b + block)) / ratio
-        base = np.floor(t).astype(np.int64)
-        idx = base[:, None] + offs[None, :]
-        d = t[:, None] - idx
-        u = np.clip(d / half, -1.0, 1.0)
-        w = cutoff * np.sinc(cutoff * d) * np.i0(beta * np.sqrt(1.0 - u * u)) / np.i0(beta)
-        w[np.abs(d) >= half] = 0.0
-        valid = (idx >= 0) & (idx < len(x))
-        y[b:b + len(t)] = np.sum(np.where(valid, x[np.clip(idx, 0, len(x) - 1)], 0.0) * w, axis=1)
+    for b in range(0, n_out, 32768):
+        n = np.arange(b, min(n_out, b + 32768))
+        base, phase = np.divmod(n * down, up)
+        y[n[0]:n[-1] + 1] = np.einsum("ij,ij->i", xp[base[:, None] + offs[None, :] + k], h[phase])
     return y.astype(np.float32)
 
 
@@ -517,7 +522,7 @@ def render(audio, rate: int, spk: Speaker, utt_id: str, seed: int, noise_db: flo
     """Synthesizer output -> the speaker's 16 kHz signal: warp + resample, gain, noise floor."""
     import numpy as np
     # played warp times faster: formants and pitch x warp, duration / warp (flite got stretch*warp)
-    y = resample(audio, rate * spk.warp, RATE)
+    y = resample(audio, round(rate * spk.warp), RATE)
     y = y * (10.0 ** (spk.gain_db / 20.0))
     if noise_db is not None:
         rng = np.random.default_rng(zlib.crc32(f"{seed}:{utt_id}".encode()))
@@ -628,8 +633,8 @@ def write_metadata(root: Path, speakers: list[Speaker], utts: list[Utt], durs: d
 @dataclass
 class Config:
     seed: int = 0
-    train_utts: int = 1500
-    eval_utts: int = 160            # each of dev-clean, test-clean, test-other
+    train_utts: int = 800
+    eval_utts: int = 150            # each of dev-clean, test-clean, test-other
     train_speakers_per_voice: int = 5
     eval_speakers_per_voice: int = 2
     other_speakers: int = 8
@@ -707,6 +712,18 @@ def _stamp_config(cfg: Config) -> dict:
     return d
 
 
+def _write_stamp(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _cpu_seconds() -> float:
+    import resource
+    r = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(x.ru_utime + x.ru_stime for x in r)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -746,11 +763,11 @@ def main(argv: list[str] | None = None) -> int:
         check_flite([*TRAIN_VOICES, OTHER_VOICE])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
-            if old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
+            if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
                 print(f"{PROG}: {out} is up to date (built with the same arguments; {STAMP}); nothing to do")
                 return 0
-            print(f"{PROG}: {out} was built with other arguments: rebuilding", file=sys.stderr)
-            stamp.unlink()
+            why = "unfinished" if not old.get("complete") else "built with other arguments"
+            print(f"{PROG}: {out} was {why}: rebuilding", file=sys.stderr)
             for s in SUBSETS:
                 shutil.rmtree(out / s, ignore_errors=True)
         else:
@@ -758,18 +775,21 @@ def main(argv: list[str] | None = None) -> int:
             if clash:
                 raise BuildError(f"{out} already holds {' '.join(clash)} not built by this script (no {STAMP}); "
                                  f"remove it or choose another --out")
+        out.mkdir(parents=True, exist_ok=True)
+        _write_stamp(stamp, {"config": want, "complete": False})
         print(f"{PROG}: building {out} with {args.jobs} job(s) (flite voices {' '.join(TRAIN_VOICES)} for train, "
               f"{OTHER_VOICE} for test-other)", file=sys.stderr, flush=True)
+        t0, c0 = time.time(), _cpu_seconds()
         stats = build(out, cfg, jobs=args.jobs, progress=True)
+        stats["build_cpu_seconds"] = round(_cpu_seconds() - c0, 1)
+        stats["build_seconds"] = round(time.time() - t0, 1)
     except BuildError as e:
         raise SystemExit(f"{PROG}: error: {e}") from None
-    tmp = stamp.with_name(f".{STAMP}.tmp")
-    tmp.write_text(json.dumps({"config": want, "stats": stats}, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, stamp)
+    _write_stamp(stamp, {"config": want, "complete": True, "stats": stats})
     for subset, s in stats["subsets"].items():
         print(f"{PROG}: {subset:16s} {s['utterances']:5d} utts {s['hours']:6.3f} h {s['speakers']:3d} speakers "
               f"{s['chapters']:3d} chapters, voices {','.join(s['voices'])}")
-    print(f"{PROG}: wrote {out} in {stats['build_seconds']} s")
+    print(f"{PROG}: wrote {out} in {stats['build_seconds']} s ({stats['build_cpu_seconds']} CPU-s incl. flite)")
     return 0
 
 

@@ -1,0 +1,328 @@
+"""recipes/librispeech/asr1/local: data_prep.py (real LibriSpeech layout -> Kaldi data dir) and
+make_mini_librispeech.py (text selection, normalization, speakers, layout), without flite.
+
+Fixtures are built in tmp_path: LibriSpeech trees with tiny sine-wave FLACs (soundfile), a small
+wikitext-format text. The mini-corpus builder runs with an injected synthesizer (sine tones), so
+the layout it writes is checked end to end: build -> data_prep -> validate_data_dir.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from gossip_accel.data import kaldi_dir as kd
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ROOT / "recipes" / "librispeech" / "asr1" / "local"
+
+
+def load(path: Path):
+    name = path.stem
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+dp = load(LOCAL / "data_prep.py")
+mm = load(LOCAL / "make_mini_librispeech.py")
+
+
+def flac(path: Path, seconds: float = 0.2, freq: float = 440.0, rate: int = 16000) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(str(path), (0.3 * np.sin(2 * math.pi * freq * t)).astype(np.float32), rate, format="FLAC", subtype="PCM_16")
+    return path
+
+
+def subset_tree(root: Path) -> Path:
+    """dev-clean with readers 103 (chapter 1240) and 1034 (chapter 121119) and every kind of problem."""
+    sub = root / "dev-clean"
+    c1 = sub / "103" / "1240"
+    c2 = sub / "1034" / "121119"
+    for i in (0, 1, 2, 4):                              # 0003: transcript but no audio
+        flac(c1 / f"103-1240-{i:04d}.flac", 0.1 + 0.05 * i)
+    flac(c1 / "103-1240-0005.flac")                     # audio without a transcript line
+    (c1 / "103-1240.trans.txt").write_text(
+        "103-1240-0000 CHAPTER ONE MISSUS RACHEL LYNDE IS SURPRISED\n"
+        "103-1240-0001 MISSUS RACHEL LYNDE LIVED JUST WHERE THE AVONLEA MAIN ROAD DIPPED\n"
+        "103-1240-0002\n"                               # empty transcript
+        "103-1240-0003 THIS ONE HAS NO AUDIO\n"
+        "103-1240-0004 AND THIS ONE IS FINE\n", encoding="utf-8")
+    for i in range(2):
+        flac(c2 / f"1034-121119-{i:04d}.flac", 0.3)
+    (c2 / "1034-121119.trans.txt").write_text(
+        "1034-121119-0000 THE YOUNG MAN'S WORDS\n"
+        "1034-121119-0001 SPOKEN AGAIN\n"
+        "1034-121119-0001 LISTED TWICE\n", encoding="utf-8")
+    (root / "SPEAKERS.TXT").write_text(";ID  |SEX| SUBSET  |MINUTES| NAME\n103  | F | dev-clean | 1 | A\n"
+                                       "1034 | M | dev-clean | 1 | B\n", encoding="utf-8")
+    return sub
+
+
+# ---------------------------------------------------------------- data_prep.py
+
+def test_data_prep_reports_and_drops(tmp_path, capsys):
+    src = subset_tree(tmp_path / "Libri Speech")               # a path with a space
+    out = tmp_path / "data" / "dev_clean"
+    assert dp.main(["--src", str(src), "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    err = cap.err
+    assert "103-1240.trans.txt:3: empty transcript for 103-1240-0002: dropped" in err
+    assert f"103-1240.trans.txt:4: 103-1240-0003: audio file missing: {src / '103' / '1240' / '103-1240-0003.flac'}: dropped" in err
+    assert f"{src / '103' / '1240' / '103-1240-0005.flac'}: audio without a transcript line" in err
+    assert "1034-121119.trans.txt:3: utterance 1034-121119-0001 listed twice" in err
+    assert "5 utterances, 2 speakers" in cap.out and "4 problem(s) reported above" in cap.out
+    wav = kd.read_wav_scp(out / "wav.scp")
+    assert list(wav) == ["103-1240-0000", "103-1240-0001", "103-1240-0004", "1034-121119-0000", "1034-121119-0001"]
+    assert wav["103-1240-0000"] == str((src / "103" / "1240" / "103-1240-0000.flac").resolve())
+    assert " " in wav["103-1240-0000"] and Path(wav["103-1240-0000"]).is_absolute()
+    assert kd.read_text(out / "text")["1034-121119-0000"] == "THE YOUNG MAN'S WORDS"
+    assert kd.read_text(out / "text")["1034-121119-0001"] == "SPOKEN AGAIN"
+    assert kd.read_utt2spk(out / "utt2spk")["1034-121119-0000"] == "1034"
+    assert kd.read_spk2utt(out / "spk2utt") == {"103": ["103-1240-0000", "103-1240-0001", "103-1240-0004"],
+                                                "1034": ["1034-121119-0000", "1034-121119-0001"]}
+    assert kd.read_utt2dur(out / "utt2dur")["103-1240-0004"] == pytest.approx(0.3)
+    assert kd.read_spk2gender(out / "spk2gender") == {"103": "f", "1034": "m"}
+    for f in ("wav.scp", "text", "utt2spk", "spk2utt", "utt2dur"):   # C-locale byte order
+        keys = [ln.split()[0].encode() for ln in (out / f).read_text().splitlines()]
+        assert keys == sorted(keys)
+    assert kd.validate_data_dir(out) == []
+
+
+def test_data_prep_speaker_per_chapter(tmp_path, capsys):
+    src = subset_tree(tmp_path)
+    out = tmp_path / "d"
+    assert dp.main(["--src", str(src), "--out", str(out), "--speaker", "chapter"]) == 0
+    assert set(kd.read_spk2utt(out / "spk2utt")) == {"103-1240", "1034-121119"}
+    assert kd.read_spk2gender(out / "spk2gender") == {"103-1240": "f", "1034-121119": "m"}
+    assert kd.validate_data_dir(out) == []
+
+
+def test_data_prep_errors(tmp_path, capsys):
+    src = subset_tree(tmp_path)
+    bad = src / "1034" / "121119" / "1034-121119.trans.txt"
+    bad.write_bytes(b"1034-121119-0000 FINE\n1034-121119-0001 CAF\xc9\n")
+    with pytest.raises(SystemExit, match=r"1034-121119\.trans\.txt:2: not UTF-8"):
+        dp.main(["--src", str(src), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="no such directory"):
+        dp.main(["--src", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="not a LibriSpeech subset"):
+        dp.main(["--src", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+
+
+def test_data_prep_wrong_id_and_unreadable_audio(tmp_path, capsys):
+    sub = tmp_path / "test-other"
+    c = sub / "7" / "8"
+    flac(c / "7-8-0000.flac")
+    (c / "7-8-0001.flac").write_bytes(b"not a flac")
+    (c / "7-8.trans.txt").write_text("7-8-0000 OK\n7-8-0001 BROKEN AUDIO\n7-9-0002 WRONG CHAPTER\n", encoding="utf-8")
+    assert dp.main(["--src", str(sub), "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "7-8.trans.txt:2: 7-8-0001: unreadable audio" in err
+    assert "7-8.trans.txt:3: utterance id 7-9-0002 does not match its folder 7/8" in err
+    assert list(kd.read_text(tmp_path / "o" / "text")) == ["7-8-0000"]
+
+
+# ---------------------------------------------------------------- make_mini_librispeech.py: text
+
+def test_detokenize_and_split():
+    toks = 'The " Greenwich " time is high @-@ precision , since 1 @,@ 000 ( about ) . Earth \'s clocks do n\'t drift .'.split()
+    sents = mm.split_sentences(toks)
+    assert [mm.detokenize(s) for s in sents] == [
+        'The "Greenwich" time is high-precision, since 1,000 (about).', "Earth's clocks don't drift."]
+    assert mm.split_sentences('He said " Stop . " Then he left .'.split()) == [
+        ["He", "said", '"', "Stop", ".", '"'], ["Then", "he", "left", "."]]
+
+
+@pytest.mark.parametrize("spoken,transcript", [
+    ("Earth's clocks don't drift.", "EARTH'S CLOCKS DON'T DRIFT"),
+    ('The "Greenwich" time is high-precision, they said.', "THE GREENWICH TIME IS HIGH PRECISION THEY SAID"),
+    ("Is it true?", "IS IT TRUE"),
+    ("A cat; I think: fine!", "A CAT I THINK FINE"),
+])
+def test_normalize_accepts(spoken, transcript):
+    assert mm.normalize(spoken) == (transcript, "")
+
+
+@pytest.mark.parametrize("spoken,reason", [
+    ("It began in 1972.", "digits"),
+    ("The TAI scale is used.", "acronym"),
+    ("Dr. Smith went home.", "abbreviation"),
+    ("He met Mr Smith there.", "abbreviation"),
+    ("The letter B is nice.", "single letter"),
+    ("Ångström was Swedish.", "symbol or non-ASCII"),
+    ("It costs $5 or so.", "digits"),
+    ("A (short) note.", "symbol"),
+    ("Unfinished sentence", "no sentence end"),
+    (", which was odd.", "starts inside"),
+    ('He said "stop.', "unbalanced quote"),
+    ("", "empty"),
+])
+def test_normalize_rejects(spoken, reason):
+    tr, why = mm.normalize(spoken)
+    assert tr is None and why.startswith(reason), why
+
+
+def test_same_words_handles_clitics_and_homographs():
+    assert mm.same_words(["SMITH", "'S", "DOG"], "SMITH'S DOG")
+    assert mm.same_words(["DONT", "GO"], "DON'T GO")
+    assert mm.same_words(["THEY", "REED", "IT"], "THEY READ IT")
+    assert not mm.same_words(["WORLD", "WAR", "ONE"], "WORLD WAR I")
+    assert not mm.same_words([",", "WHICH", "WAS"], "WHICH WAS")
+
+
+WORDS = ("the old river ran past a quiet town where many people lived and worked with great care "
+         "during long summer days under bright skies near green hills").split()
+
+
+def wiki_fixture(d: Path) -> Path:
+    """wiki.{train,valid,test}.tokens: 12/2/2 articles of 20 distinct 6..12-word sentences (+ rejects)."""
+    d.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+
+    def article(title: str, n: int, extra: str = "") -> str:
+        sents = []
+        for _ in range(n):
+            k = int(rng.integers(6, 13))
+            sents.append(" ".join(rng.choice(WORDS, k)).capitalize() + " .")
+        body = " " + " ".join(sents[: n // 2]) + " \n " + " ".join(sents[n // 2:]) + extra + " \n"
+        return f" \n = {title} = \n \n = = Section = = \n \n{body}"
+
+    shared = " The same sentence appears in two splits ."
+    (d / "wiki.train.tokens").write_text("".join(article(f"Train {i}", 20, shared if i == 0 else "") for i in range(12))
+                                         + " \n Rejected in 1990 by the TAI . \n", encoding="utf-8")
+    (d / "wiki.valid.tokens").write_text("".join(article(f"Valid {i}", 20, shared if i == 0 else "") for i in range(2)),
+                                         encoding="utf-8")
+    (d / "wiki.test.tokens").write_text("".join(article(f"Test {i}", 20) for i in range(2)), encoding="utf-8")
+    return d
+
+
+def small_cfg(text: Path, **kw) -> "mm.Config":
+    base = dict(seed=3, train_utts=16, eval_utts=30, train_speakers_per_voice=1, eval_speakers_per_voice=1,
+                other_speakers=2, train_chapters_per_speaker=2, check_with_flite=False, text=str(text))
+    base.update(kw)
+    return mm.Config(**base)
+
+
+def test_select_texts_disjoint_and_deterministic(tmp_path):
+    text = wiki_fixture(tmp_path / "wiki")
+    stats: dict = {}
+    sel = mm.select_texts(small_cfg(text), None, stats)
+    assert {k: len(v) for k, v in sel.items()} == {"dev-clean": 30, "test-clean": 30, "test-other": 30, "train-clean-100": 16}
+    seen: set = set()
+    for subset, sents in sel.items():
+        trs = {s.transcript for s in sents}
+        assert len(trs) == len(sents) and not (trs & seen), subset
+        seen |= trs
+        assert all(4 <= len(s.transcript.split()) <= 15 for s in sents)
+    # dev has only 2 valid articles (~41 sentences): enough; the tests need 60 of 40: one train article borrowed
+    assert any(t.startswith("Train") for t in stats["articles"]["test"])
+    train_titles = {s.article for s in sel["train-clean-100"]}
+    assert not (train_titles & set(stats["articles"]["test"]))         # disjoint by article too
+    assert stats["rejected_sentences"]["digits"] == 1
+    again = mm.select_texts(small_cfg(text), None)
+    assert [s.transcript for s in again["train-clean-100"]] == [s.transcript for s in sel["train-clean-100"]]
+    # the flite check leaves out what flite reads differently
+    agree = lambda cand: mm.flite_agrees(cand, lambda xs: [x.upper().rstrip(".").split() if "river" not in x.lower()
+                                                              else ["NO"] for x in xs])
+    sel2 = mm.select_texts(small_cfg(text), agree)
+    assert not any("RIVER" in s.transcript for v in sel2.values() for s in v)
+    with pytest.raises(mm.BuildError, match="only .* usable sentences for train-clean-100"):
+        mm.select_texts(small_cfg(text, train_utts=10_000), None)
+
+
+def test_speakers_distinct_and_test_other_voice_unseen():
+    spks = mm.plan_speakers(0, 5, 2, 8)
+    assert len({s.id for s in spks}) == len(spks) == 4 * 5 + 4 * 2 * 2 + 8
+    train = [s for s in spks if s.subset == "train-clean-100"]
+    assert {s.voice for s in train} == set(mm.TRAIN_VOICES)
+    assert {s.voice for s in spks if s.subset == "test-other"} == {mm.OTHER_VOICE} and mm.OTHER_VOICE not in mm.TRAIN_VOICES
+    params = [(s.voice, s.f0, s.stretch, s.warp) for s in spks]
+    assert len(set(params)) == len(params)                       # test-clean speakers are new variants
+    for s in spks:
+        v = mm.VOICES[s.voice]
+        assert mm.STRETCH_RANGE[0] <= s.stretch <= mm.STRETCH_RANGE[1]
+        assert round(s.warp * 200) == pytest.approx(s.warp * 200)
+        if v.f0_control:
+            assert s.f0 / s.warp >= v.min_target - 1
+            assert f"int_f0_target_mean={s.f0 / s.warp:.2f}" in " ".join(s.flite_args())
+    assert [(s.id, s.f0) for s in mm.plan_speakers(0, 5, 2, 8)] == [(s.id, s.f0) for s in spks]
+    with pytest.raises(mm.BuildError, match="must not be a training voice"):
+        mm.plan_speakers(0, 1, 1, 1, train_voices=("kal", "awb"), other_voice="awb")
+
+
+def test_resample_is_band_limited_and_accurate():
+    rate_in = round(8000 * 1.035)
+    t = np.arange(rate_in) / rate_in
+    y = mm.resample(np.sin(2 * np.pi * 1000 * t), rate_in, 16000)
+    assert abs(len(y) - 16000) <= 1
+    ref = np.sin(2 * np.pi * 1000 * np.arange(len(y)) / 16000)
+    assert np.max(np.abs(y - ref)[100:-100]) < 1e-3
+    x = np.random.default_rng(0).standard_normal(16000)             # 16k -> 8k: nothing above 4 kHz left
+    z = mm.resample(x, 16000, 8000)
+    spec = np.abs(np.fft.rfft(mm.resample(z, 8000, 16000)))
+    assert spec[int(0.26 * len(spec)):int(0.49 * len(spec))].mean() < 0.05 * spec[: int(0.2 * len(spec))].mean()
+
+
+# ---------------------------------------------------------------- make_mini_librispeech.py: layout
+
+def fake_synth(text: str, spk):
+    """A tone per speaker, 0.1 s per word; kal at 8 kHz like the real voice."""
+    rate = 8000 if spk.voice == "kal" else 16000
+    n = int(0.1 * len(text.split()) * rate)
+    return (0.5 * np.sin(2 * np.pi * (100 + spk.id % 300) * np.arange(n) / rate)).astype(np.float32), rate
+
+
+def test_build_layout_then_data_prep(tmp_path, capsys):
+    text = wiki_fixture(tmp_path / "wiki")
+    out = tmp_path / "mini corpus"
+    cfg = small_cfg(text, eval_utts=8)
+    stats = mm.build(out, cfg, synthesize=fake_synth, read_words=None, jobs=2)
+    assert {k: v["utterances"] for k, v in stats["subsets"].items()} == {
+        "train-clean-100": 16, "dev-clean": 8, "test-clean": 8, "test-other": 8}
+    assert stats["subsets"]["test-other"]["voices"] == ["awb"] and stats["subsets"]["train-clean-100"]["speakers"] == 4
+    trans = sorted(out.glob("*/*/*/*.trans.txt"))
+    assert len(trans) == 4 * 2 + 4 + 4 + 2
+    for tf in trans:
+        spk, ch = tf.parent.parent.name, tf.parent.name
+        assert tf.name == f"{spk}-{ch}.trans.txt"
+        for i, line in enumerate(tf.read_text(encoding="utf-8").splitlines()):
+            utt, words = line.split(" ", 1)
+            assert utt == f"{spk}-{ch}-{i:04d}" and words == words.upper() and mm._WORD.fullmatch(words.split()[0])
+            info = sf.info(str(tf.parent / f"{utt}.flac"))
+            assert (info.samplerate, info.channels, info.format, info.subtype) == (16000, 1, "FLAC", "PCM_16")
+    assert "test-other" in (out / "SPEAKERS.TXT").read_text() and "| F |" in (out / "SPEAKERS.TXT").read_text()
+    assert len([ln for ln in (out / "CHAPTERS.TXT").read_text().splitlines() if not ln.startswith(";")]) == len(trans)
+    for subset in mm.SUBSETS:
+        d = tmp_path / "data" / subset.replace("-", "_")
+        assert dp.main(["--src", str(out / subset), "--out", str(d)]) == 0
+        assert kd.validate_data_dir(d) == []
+    assert "problem" not in capsys.readouterr().out
+    # kal at 8 kHz was resampled (and warped): 0.1 s per word at the speaker's tempo
+    u = next(iter(kd.read_wav_scp(tmp_path / "data" / "train_clean_100" / "wav.scp").values()))
+    assert sf.info(u).samplerate == 16000
+    # deterministic, whatever --jobs
+    out2 = tmp_path / "again"
+    mm.build(out2, cfg, synthesize=fake_synth, read_words=None, jobs=1)
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(out2) for p in out2.rglob("*") if p.is_file())
+    for f in files:
+        assert (out / f).read_bytes() == (out2 / f).read_bytes(), f
+
+
+def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SystemExit, match=r"'flite' program is not installed; install it with: apt-get install flite"):
+        mm.main(["--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
