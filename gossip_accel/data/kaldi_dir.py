@@ -426,7 +426,7 @@ def _first_wins(path: Path, report: FixReport, what: str) -> dict[str, tuple[str
 
 
 def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | Path | None = None,
-                 log=sys.stderr) -> FixReport:
+                 log="stderr") -> FixReport:
     """Make a data directory consistent, reporting every utterance it drops and why.
 
     Keeps the utterances present in every utterance table (``text``, ``utt2spk``,
@@ -435,7 +435,7 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
     first of duplicate keys; rebuilds ``spk2utt`` from ``utt2spk``; keeps only the recordings,
     speakers (``spk2gender``) still used; writes every table sorted. The original files go to
     ``<dir>/.backup/`` first; the dropped utterances with their reasons to
-    ``<dir>/.backup/dropped.txt`` and to ``log``. Raises DataDirError when the directory has
+    ``<dir>/.backup/dropped.txt`` and to ``log`` (a text stream; default sys.stderr; None: silent). Raises DataDirError when the directory has
     neither ``utt2spk`` nor ``spk2utt`` or a table is not UTF-8."""
     d = Path(path)
     if not d.is_dir():
@@ -553,6 +553,8 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
 
     lines = [f"{u} {r}" for u, r in rep.dropped]
     (backup / "dropped.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    if log == "stderr":
+        log = sys.stderr
     if log is not None:
         for n in rep.notes:
             print(f"fix_data_dir: {d}: {n}", file=log)

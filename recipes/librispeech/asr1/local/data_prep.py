@@ -77,8 +77,8 @@ def read_speakers_txt(src: Path) -> dict[str, str]:
     return {}
 
 
-def prepare(src: Path, out: Path, speaker: str = "reader", log=sys.stderr) -> dict:
-    """Write the data directory; returns counts. Problems go to log as 'data_prep.py: WHERE: WHAT'."""
+def prepare(src: Path, out: Path, speaker: str = "reader", log=None) -> dict:
+    """Write the data directory; returns counts. Problems go to log (default stderr) as 'data_prep.py: WHERE: WHAT'."""
     import soundfile as sf
 
     if not src.is_dir():
@@ -87,7 +87,7 @@ def prepare(src: Path, out: Path, speaker: str = "reader", log=sys.stderr) -> di
 
     def report(msg: str) -> None:
         problems.append(msg)
-        print(f"{PROG}: {msg}", file=log)
+        print(f"{PROG}: {msg}", file=log or sys.stderr)
 
     wav, text, utt2spk, utt2dur = {}, {}, {}, {}
     trans_files = sorted(src.glob("*/*/*.trans.txt"))
