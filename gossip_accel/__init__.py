@@ -3,17 +3,27 @@
 The heart is :class:`Synchronizer` (periodic per-component model synchronization: MA, BMUF,
 local-/gossip-MA/BMUF per Algorithm 1 of 000_07fa007f7f1023ae.txt); for an Accelerate loop
 use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`.
+
+Names are imported lazily, so that light entry points (data preparation, validation) do not
+pay for importing torch.
 """
-from .config import ConfigError, ComponentRule, SyncConfig, load_sync_config
-from .sync import SyncedOptimizer, Synchronizer
-from .topology import FullTopology, RingTopology, TopologyError
+from importlib import import_module
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ComponentRule", "ConfigError", "FullTopology", "RingTopology", "SyncConfig", "SyncedOptimizer",
-    "Synchronizer", "TopologyError", "load_sync_config", "shutdown",
-]
+_LAZY = {
+    "ComponentRule": "config", "ConfigError": "config", "SyncConfig": "config", "load_sync_config": "config",
+    "SyncedOptimizer": "sync", "Synchronizer": "sync",
+    "FullTopology": "topology", "RingTopology": "topology", "TopologyError": "topology",
+}
+
+__all__ = sorted([*_LAZY, "shutdown"])
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'gossip_accel' has no attribute {name!r}")
 
 
 def shutdown() -> None:

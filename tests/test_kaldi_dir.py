@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -112,7 +111,7 @@ def test_validate_unsorted_and_duplicated_keys(tmp_path):
     lines = (d / "text").read_text().splitlines()
     write(d, "text", "\n".join([lines[1], lines[0], *lines[2:], lines[3]]) + "\n")
     probs = kd.validate_data_dir(d)
-    assert any(p.endswith(f"text:2: not sorted: spkA-000 after spkA-001 (sort with LC_ALL=C sort -k1,1 or fix_data_dir)")
+    assert any(p.endswith("text:2: not sorted: spkA-000 after spkA-001 (sort with LC_ALL=C sort -k1,1 or fix_data_dir)")
                for p in probs), probs
     assert any("text:5: duplicate key spkB-003 (first on line 4)" in p for p in probs), probs
 

@@ -19,6 +19,7 @@ min_count=7             # vocabulary: training words seen at least this often (t
 conf=conf/mini.yaml     # conf/lstmp.yaml: the paper's model
 periods=16_128          # conf/period_${periods}.yaml: 8 or 16_128
 algorithms=gossip_bmuf  # any of: single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
+algorithm=""            # one algorithm (same as --algorithms with one entry)
 num_workers=4
 ngpu=""                 # same as --num-workers (one worker per GPU)
 launcher=accelerate     # or torchrun
@@ -33,6 +34,7 @@ help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=0.0
 [ "${1:-}" = "--" ] && shift
 . ./path.sh
 [ -n "$ngpu" ] && num_workers=$ngpu
+[ -n "$algorithm" ] && algorithms=$algorithm
 
 src=$books
 if [ -z "$src" ]; then

@@ -17,7 +17,7 @@ librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mi
 train_set=train-clean-100
 dev_set=dev-clean
 test_sets="test-clean test-other"
-mini_train_utts=1200    # size of the mini corpus
+mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
 mini_eval_utts=120
 nj=2
 num_mel_bins=80
@@ -44,19 +44,15 @@ if [ -z "$root" ]; then
   root=data/mini_librispeech
   if [ $stage -le 0 ] && [ $stop_stage -ge 0 ]; then
     log "Stage 0: no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
-    if [ -f $root/.done ]; then
-      log "  $root already built"
-    else
-      if ! command -v flite >/dev/null; then
-        [ "$(id -u)" = 0 ] || die "flite is missing: install it with 'apt-get install flite' (Debian/Ubuntu)"
-        log "  installing flite (apt-get install flite)"
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq flite; } >&2 \
-          || die "could not install flite; install it with 'apt-get install flite'"
-      fi
-      python local/make_mini_librispeech.py --out $root --train-utts $mini_train_utts \
-        --eval-utts $mini_eval_utts --jobs $nj
-      touch $root/.done
+    if ! command -v flite >/dev/null; then
+      [ "$(id -u)" = 0 ] || die "flite is missing: install it with 'apt-get install flite' (Debian/Ubuntu)"
+      log "  installing flite (apt-get install flite)"
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq flite; } >&2 \
+        || die "could not install flite; install it with 'apt-get install flite'"
     fi
+    # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
+    python local/make_mini_librispeech.py --out $root --train-utts $mini_train_utts \
+      --eval-utts $mini_eval_utts --jobs $nj
   fi
 fi
 
