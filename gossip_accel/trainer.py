@@ -48,6 +48,20 @@ def periods_label(sync_cfg: SyncConfig) -> str:
     return "(" + ",".join(str(p) for p in sorted(periods)) + ")"
 
 
+def entry_args(doc: str, argv: Optional[list[str]] = None):
+    """The command line every training entry point takes: --config (repeatable), --exp-dir,
+    --name, and dotlist overrides."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--config", action="append", default=[],
+                    help="YAML with data/model/train/sync sections; repeat to merge several, later wins")
+    ap.add_argument("--exp-dir", required=True)
+    ap.add_argument("--name", help="run name in results.json (default: the algorithm, or ddp/single)")
+    ap.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. sync.period=8 train.lr=0.05")
+    return ap.parse_intermixed_args(argv)
+
+
 class DistributedRun:
     """Accelerator + prepared model/optimizer + synchronizer or DDP counter + checkpoints."""
 
@@ -151,6 +165,16 @@ class DistributedRun:
         steps = max(self.step, 1)
         return {"bytes_sent_per_worker": sent, "bytes_recv_per_worker": recv, "comm_seconds_per_worker": seconds,
                 "bytes_sent_per_step_per_worker": sent / steps, "bytes_recv_per_step_per_worker": recv / steps}
+
+    def results(self, name: str, n_params: int, epochs: int, train_seconds: float, history: list) -> dict:
+        """The part of results.json every trainer writes (who, how long, how much traffic)."""
+        return {
+            "name": name, "algorithm": self.sync_cfg.algorithm if self.sync is not None else name,
+            "periods": periods_label(self.sync_cfg) if self.sync is not None else "(1)",
+            "workers": self.world, "parameters": n_params, "epochs": epochs, "steps_per_worker": self.step,
+            "train_seconds": train_seconds, "steps_per_second": self.step / max(train_seconds, 1e-9),
+            **self.traffic(), "history": history, "sync": OmegaConf.to_container(OmegaConf.structured(self.sync_cfg)),
+        }
 
     def save_final(self, name: str = "final.pt") -> None:
         if self.is_main:

@@ -37,11 +37,13 @@ import shlex
 import subprocess
 import sys
 import tarfile
-import unicodedata
 import xml.etree.ElementTree as ET
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gossip_accel.data.tokenize import wikitext_tokenize  # noqa: E402  (standard library only)
 
 DUMP_NAME = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 DUMP_MEMBER = "gensim/test/test_data/" + DUMP_NAME
@@ -288,21 +290,7 @@ def clean_inline(s: str) -> str:
 # Tokenization (WikiText-103 / Moses style)
 # --------------------------------------------------------------------------------------
 
-_TOKEN = re.compile(
-    r"@[-,.]@"                       # protected intra-word / intra-number separators
-    r"|(?:[^\W\d_]\.){2,}"           # U.S. , e.g.
-    r"|(?<=[^\W\d_])'[^\W\d_]+"      # clitics: John's -> John 's ; don't -> don 't
-    r"|[^\W_](?:[^\W_]|[\u0300-\u036f])*"  # words / numbers (with combining accents)
-    r"|\S",                          # any other single character
-)
-
-
-def tokenize(s: str) -> list[str]:
-    s = unicodedata.normalize("NFC", s)
-    s = re.sub(r"(?<=\d),(?=\d)", " @,@ ", s)
-    s = re.sub(r"(?<=\d)\.(?=\d)", " @.@ ", s)
-    s = re.sub(r"(?<=[^\W_])-(?=[^\W_])", " @-@ ", s)
-    return _TOKEN.findall(s)
+tokenize = wikitext_tokenize
 
 
 # --------------------------------------------------------------------------------------

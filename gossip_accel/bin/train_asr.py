@@ -15,7 +15,6 @@ epoch, stop when the CV loss drops by less than ``end_halving_impr`` (0.1%) or a
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -168,19 +167,16 @@ class NewBob:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", action="append", default=[], help="YAML; repeat to merge several, later wins")
-    ap.add_argument("--exp-dir", required=True)
-    ap.add_argument("--name", help="run name in results.json")
-    ap.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. sync.algorithm=bmuf train.lr=2e-3")
-    args = ap.parse_intermixed_args(argv)
+    from ..trainer import entry_args
+
+    args = entry_args(__doc__, argv)
     conf = load_conf(args.config, args.overrides)
 
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
     from ..config import load_sync_config
-    from ..trainer import DistributedRun, periods_label
+    from ..trainer import DistributedRun
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     tok = load_tokenizer(conf.data.lang)
@@ -266,14 +262,8 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     run.finish()
     cv_total, cv_tokens = run.all_mean(list(cv_loss(run.core, valid_batches, cmvn, ctc)))
-    results = {
-        "name": name, "algorithm": sync_cfg.algorithm if run.sync is not None else name,
-        "periods": periods_label(sync_cfg) if run.sync is not None else "(1)", "model": conf.model.type,
-        "workers": run.world, "parameters": n_params, "epochs": len(history), "steps_per_worker": run.step,
-        "train_seconds": train_seconds, "steps_per_second": run.step / max(train_seconds, 1e-9),
-        **run.traffic(), "final_cv_loss": cv_total / max(cv_tokens, 1), "history": history,
-        "sync": OmegaConf.to_container(conf.sync),
-    }
+    results = {**run.results(name, n_params, len(history), train_seconds, history), "model": conf.model.type,
+               "final_cv_loss": cv_total / max(cv_tokens, 1)}
     run.save_final()
     if run.is_main:
         (run.exp / "results.json").write_text(json.dumps(results, indent=2))

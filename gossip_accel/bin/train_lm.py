@@ -14,7 +14,6 @@ final averaged model ``final.pt`` to ``--exp-dir``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -116,20 +115,16 @@ def perplexity(model: torch.nn.Module, data: torch.Tensor, bptt: int) -> float:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", action="append", default=[],
-                    help="YAML with data/model/train/sync sections; repeat to merge several, later wins")
-    ap.add_argument("--exp-dir", required=True)
-    ap.add_argument("--name", help="run name in results.json (default: the algorithm, or ddp/single)")
-    ap.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. sync.period=8 train.epochs=1")
-    args = ap.parse_intermixed_args(argv)
+    from ..trainer import entry_args
+
+    args = entry_args(__doc__, argv)
     conf = load_conf(args.config, args.overrides)
 
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
     from ..config import load_sync_config
-    from ..trainer import DistributedRun, periods_label
+    from ..trainer import DistributedRun
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     data_dir = Path(conf.data.dir)
@@ -197,14 +192,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     run.finish()
     valid_ppl = perplexity(run.core, valid, conf.train.bptt)
-    results = {
-        "name": name, "algorithm": sync_cfg.algorithm if run.sync is not None else name,
-        "periods": periods_label(sync_cfg) if run.sync is not None else "(1)",
-        "workers": run.world, "parameters": n_params, "epochs": conf.train.epochs, "steps_per_worker": run.step,
-        "train_seconds": train_seconds, "steps_per_second": run.step / max(train_seconds, 1e-9),
-        **run.traffic(), "final_valid_ppl": valid_ppl, "history": history,
-        "sync": OmegaConf.to_container(conf.sync),
-    }
+    results = {**run.results(name, n_params, conf.train.epochs, train_seconds, history), "final_valid_ppl": valid_ppl}
     run.save_final()
     if run.is_main:
         (run.exp / "results.json").write_text(json.dumps(results, indent=2))

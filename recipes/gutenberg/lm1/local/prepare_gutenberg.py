@@ -69,7 +69,6 @@ import re
 import shutil
 import sys
 import tarfile
-import unicodedata
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -78,9 +77,11 @@ from typing import Callable, Iterator
 
 try:
     from gossip_accel.data.lm import EOS, UNK, Vocabulary
+    from gossip_accel.data.tokenize import wikitext_tokenize
 except ImportError:  # run from a checkout without path.sh: the repository root is 4 levels up
     sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
     from gossip_accel.data.lm import EOS, UNK, Vocabulary
+    from gossip_accel.data.tokenize import wikitext_tokenize
 
 PROG = "prepare_gutenberg.py"
 SPLITS = ("train", "valid", "test")
@@ -145,22 +146,8 @@ def join_paragraphs(lines: list[str]) -> list[str]:
     return paras
 
 
-# Same tokenizer as local/make_wiki_text.py (the repository's WikiText-style tokenization).
-_TOKEN = re.compile(
-    r"@[-,.]@"                       # protected intra-word / intra-number separators
-    r"|(?:[^\W\d_]\.){2,}"           # U.S. , e.g.
-    r"|(?<=[^\W\d_])'[^\W\d_]+"      # clitics: John's -> John 's ; don't -> don 't
-    r"|[^\W_](?:[^\W_]|[\u0300-\u036f])*"  # words / numbers (with combining accents)
-    r"|\S",                          # any other single character
-)
-
-
-def tokenize(s: str) -> list[str]:
-    s = unicodedata.normalize("NFC", s)
-    s = re.sub(r"(?<=\d),(?=\d)", " @,@ ", s)
-    s = re.sub(r"(?<=\d)\.(?=\d)", " @.@ ", s)
-    s = re.sub(r"(?<=[^\W_])-(?=[^\W_])", " @-@ ", s)
-    return _TOKEN.findall(s)
+# The repository's WikiText-style tokenization (gossip_accel/data/tokenize.py), as local/make_wiki_text.py.
+tokenize = wikitext_tokenize
 
 
 def clean(paragraph: str) -> str:
