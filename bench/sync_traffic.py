@@ -50,7 +50,13 @@ def load_conf():
 
 def build_model() -> torch.nn.Module:
     conf = load_conf()
-    vocab = Vocabulary.build(read_lines(ROOT / "local/data/wiki_mini/wiki.train.tokens"), min_count=3)
+    prepared = RECIPE / "data" / "lm" / "vocab.txt"  # the quick start's vocabulary, once ./run.sh ran
+    if prepared.is_file():
+        vocab = Vocabulary.load(prepared)
+    else:
+        print(f"[sync_traffic] {prepared} not found (run ./run.sh --stop-stage 1 for the exact quick-start "
+              "model); building a vocabulary from the raw wiki_mini text instead")
+        vocab = Vocabulary.build(read_lines(ROOT / "local/data/wiki_mini/wiki.train.tokens"), min_count=3)
     m = conf.model
     cutoffs = frequency_cutoffs(vocab.counts, m.head_size, m.num_tails)
     torch.manual_seed(0)
