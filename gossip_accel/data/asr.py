@@ -29,16 +29,9 @@ class Utterance:
 
 def read_map(path: Path) -> dict[str, str]:
     """Kaldi ``<key> <value...>`` file as a dict; errors name the file and line."""
-    out: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.rstrip("\n").split(maxsplit=1)
-            if not parts:
-                continue
-            if parts[0] in out:
-                raise ValueError(f"{path}:{lineno}: duplicate key {parts[0]!r}")
-            out[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return out
+    from .kaldi_dir import read_table
+
+    return read_table(path)
 
 
 def load_utterances(

@@ -31,26 +31,12 @@ class FeatureError(RuntimeError):
 
 
 def read_kaldi_map(path: str | Path) -> dict[str, str]:
-    """A Kaldi ``<key> <value...>`` file (wav.scp, text, utt2spk, segments) as a dict.
+    """A Kaldi ``<key> <value...>`` file as a dict (see :func:`gossip_accel.data.kaldi_dir.read_table`:
+    the value is the rest of the line; a duplicate key or non-UTF-8 byte is an error naming
+    the file and line)."""
+    from .kaldi_dir import read_table
 
-    The key is the first whitespace-separated field, the value the rest of the line with outer
-    whitespace stripped ("" when the line has only a key). Blank lines are skipped; a key seen
-    twice is an error naming the file and line.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found")
-    out: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.strip().split(maxsplit=1)
-            if not parts:
-                continue
-            if parts[0] in out:
-                raise ValueError(f"{path}:{lineno}: duplicate key {parts[0]!r} (a Kaldi map needs unique keys; "
-                                 f"run utils/fix_data_dir.sh or deduplicate the file)")
-            out[parts[0]] = parts[1] if len(parts) > 1 else ""
-    return out
+    return read_table(path)
 
 
 # --------------------------------------------------------------------------- audio

@@ -44,7 +44,7 @@ MAX_REPORT = 20          # per kind of problem; the rest are counted
 _OFFSET = re.compile(r"^(.*):(\d+)(\[[^\]]*\])?$")
 
 
-class DataDirError(Exception):
+class DataDirError(ValueError):
     """A file that cannot be read as a table (not UTF-8, a line without a key)."""
 
 
@@ -263,6 +263,14 @@ class _Problems:
         return self.items
 
 
+def _positive(f: str, value: str) -> bool:
+    """A valid ``utt2num_frames`` (positive integer) or ``utt2dur`` (positive number) value."""
+    try:
+        return (int(value) > 0) if f == "utt2num_frames" else (float(value) > 0)
+    except ValueError:
+        return False
+
+
 def validate_data_dir(path: str | Path, need: Sequence[str] = DEFAULT_NEED, check_audio: bool = True,
                       audio_base: str | Path | None = None) -> list[str]:
     """The problems of a data directory, each naming its file and line ([] = valid).
@@ -315,11 +323,7 @@ def validate_data_dir(path: str | Path, need: Sequence[str] = DEFAULT_NEED, chec
     # formats of the value
     for f in ("utt2num_frames", "utt2dur"):
         for k, (v, ln) in tables.get(f, {}).items():
-            try:
-                ok = (int(v) > 0) if f == "utt2num_frames" else (float(v) > 0)
-            except ValueError:
-                ok = False
-            if not ok:
+            if not _positive(f, v):
                 p.add(f"{f}: value", f"{d / f}:{ln}: {k}: expected a positive {'integer' if f == 'utt2num_frames' else 'number'}, got {v!r}")
     recos = set(tables.get("wav.scp", {}))
     for k, (v, ln) in tables.get("segments", {}).items():
@@ -479,11 +483,7 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
             reasons.setdefault(u, []).append("empty transcript")
     for f in ("utt2num_frames", "utt2dur"):
         for u, (v, _) in t.get(f, {}).items():
-            try:
-                ok = (int(v) > 0) if f == "utt2num_frames" else (float(v) > 0)
-            except ValueError:
-                ok = False
-            if not ok:
+            if not _positive(f, v):
                 reasons.setdefault(u, []).append(f"{f}: bad value {v!r}")
     base = Path(audio_base) if audio_base is not None else None
     segs: dict[str, list[str]] = {}
