@@ -22,8 +22,10 @@ from tqdm import tqdm
 
 from ..asr.ctc_decode import greedy_decode, prefix_beam_search
 from ..asr.scoring import write_scoring_dir
-from ..data.asr import collate, load_utterances, make_batches, read_map
-from .train_asr import build_model, feature_dim, load_cmvn, load_conf, load_tokenizer
+from ..data.asr import collate, load_utterances, make_batches
+from ..data.kaldi_dir import read_table
+from ..data.units import Tokenizer
+from .train_asr import build_model, feature_dim, load_cmvn, load_conf
 
 
 class UnitLM:
@@ -87,7 +89,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not (exp / f).is_file():
             raise SystemExit(f"decode_asr: {exp / f} not found; run the training stage first")
     conf = load_conf([str(exp / "config.yaml")], [])
-    tok = load_tokenizer(conf.data.lang)
+    tok = Tokenizer(conf.data.lang)
     utts, dropped = load_utterances(data, tok.encode)
     cmvn = load_cmvn(conf)
     model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
@@ -112,7 +114,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                         for i in range(len(b))]
             for utt, seq in zip(batch["utts"], seqs):
                 hyps[utt] = tok.decode(seq)
-    refs = read_map(data / "text")
+    refs = read_table(data / "text")
     stats = write_scoring_dir(out, refs, hyps)
     summary = {"data": str(data), "method": args.method, "beam": args.beam if args.method == "beam" else None,
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None, **stats.as_dict(),

@@ -88,15 +88,6 @@ def load_conf(paths: list[str], overrides: list[str]) -> ASRConf:
     return load_structured(ASRConf, paths, overrides)
 
 
-def load_tokenizer(lang_dir: str | Path):
-    from ..data.units import Tokenizer
-
-    path = Path(lang_dir) / "bpe.model"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: run the units stage (gossip_accel.bin.train_units) first")
-    return Tokenizer(path)
-
-
 def build_model(conf: ASRConf, feat_dim: int, vocab_size: int) -> torch.nn.Module:
     from ..models.asr import build_acoustic_model
 
@@ -179,7 +170,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     from ..trainer import DistributedRun
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
-    tok = load_tokenizer(conf.data.lang)
+    from ..data.units import Tokenizer
+
+    tok = Tokenizer(conf.data.lang)  # its error names the missing bpe.model and the stage to run
     train_utts, dropped = load_utterances(Path(conf.data.train), tok.encode, conf.data.max_utt_frames)
     valid_utts, _ = load_utterances(Path(conf.data.valid), tok.encode, conf.data.max_utt_frames)
     cmvn = load_cmvn(conf)

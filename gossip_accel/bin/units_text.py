@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..data.asr import read_map
+from ..data.kaldi_dir import read_table
 from ..data.units import Tokenizer
 
 
@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     tok = Tokenizer(args.lang_dir)
-    lines = [" ".join(tok.id_to_token(i) for i in tok.encode(t)) for t in read_map(Path(args.text)).values()]
+    lines = [" ".join(tok.id_to_token(i) for i in tok.encode(t)) for t in read_table(Path(args.text)).values()]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

@@ -13,10 +13,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+
+from .kaldi_dir import read_table
 
 
 @dataclass
@@ -25,13 +27,6 @@ class Utterance:
     feats: str  # kaldiio rxspecifier (ark path:offset)
     frames: int
     tokens: list[int]
-
-
-def read_map(path: Path) -> dict[str, str]:
-    """Kaldi ``<key> <value...>`` file as a dict; errors name the file and line."""
-    from .kaldi_dir import read_table
-
-    return read_table(path)
 
 
 def load_utterances(
@@ -45,7 +40,7 @@ def load_utterances(
     for f in ("feats.scp", "utt2num_frames", "text"):
         if not (data_dir / f).is_file():
             raise FileNotFoundError(f"{data_dir / f} not found: run the feature stage for {data_dir} first")
-    feats, frames, text = (read_map(data_dir / f) for f in ("feats.scp", "utt2num_frames", "text"))
+    feats, frames, text = (read_table(data_dir / f) for f in ("feats.scp", "utt2num_frames", "text"))
     dropped = {"no_text": 0, "empty_tokens": 0, "too_long": 0, "too_short_for_ctc": 0}
     utts = []
     for utt, spec in feats.items():
@@ -134,8 +129,3 @@ def spec_augment(x: torch.Tensor, lengths: torch.Tensor, freq_masks: int, freq_w
             t0 = int(torch.randint(0, max(1, n - w), (1,), generator=generator))
             x[i, t0:t0 + w, :] = 0
     return x
-
-
-def iterate(batches: Sequence[list[Utterance]], steps: int, cmvn=None) -> Iterator[dict]:
-    for batch in batches[:steps]:
-        yield collate(batch, cmvn)

@@ -23,6 +23,8 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from .kaldi_dir import read_table
+
 INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
 
 
@@ -30,13 +32,8 @@ class FeatureError(RuntimeError):
     """An utterance whose audio cannot be read or gives no frames (message names utt and path)."""
 
 
-def read_kaldi_map(path: str | Path) -> dict[str, str]:
-    """A Kaldi ``<key> <value...>`` file as a dict (see :func:`gossip_accel.data.kaldi_dir.read_table`:
-    the value is the rest of the line; a duplicate key or non-UTF-8 byte is an error naming
-    the file and line)."""
-    from .kaldi_dir import read_table
-
-    return read_table(path)
+# Kaldi <key> <value...> tables are read by the data-dir module (errors name file and line).
+read_kaldi_map = read_table
 
 
 # --------------------------------------------------------------------------- audio
