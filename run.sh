@@ -1,38 +1,67 @@
 #!/usr/bin/env bash
-# Quick start of gossip_accel: every stage of the recipes, end to end, on their embedded mini
+# Quick start of gossip_accel: the LM and the ASR recipes, every stage, on their embedded mini
 # data, on CPU with 4 workers. Sets up the pinned .venv the first time.
 #
-#   ./run.sh                                            # all stages
-#   ./run.sh --algorithms "single bmuf gossip_bmuf"     # other methods
-#   ./run.sh --stage 2 -- sync.q=2                      # from training on, with trainer overrides
+#   ./run.sh                                            # LM, then ASR: all stages
+#   ./run.sh --tasks asr                                # the ASR part only
+#   ./run.sh --algorithms "single bmuf gossip_bmuf"     # other methods for the LM
+#   ./run.sh --stage 2 -- sync.q=2                      # LM from training on, with trainer overrides
+#   ./run.sh --tasks asr --asr-opts "--stage 4" --asr-overrides "train.max_epochs=20"
 #
 # LM (recipes/wikitext103/lm1, the gossip-BMUF paper's setup scaled down):
 #   0 mini wikitext-103 corpus (real Wikipedia articles)  1 validation + vocabulary
 #   2 train: plain DDP and gossip-BMUF (16,128), 4 workers under `accelerate launch`
 #   3 test perplexity of the averaged models               4 comparison table + plot
+# ASR (recipes/librispeech/asr1, the BMUF paper's LibriSpeech experiment scaled down):
+#   0 mini LibriSpeech (Wikipedia sentences spoken by flite voices)  1 Kaldi data dirs
+#   2 fbank + CMVN   3 char units   4 CTC training: DDP and gossip-BMUF, 4 workers
+#   5 char LM   6 greedy / beam / beam+LM decoding   7 WER table (RESULTS.md)
 set -euo pipefail
 cd "$(dirname "$0")"
 
+tasks="lm asr"         # lm, asr or both
+num_workers=4
+launcher=accelerate
+port=29511             # the ASR part uses port+30
+# LM part
 stage=0
 stop_stage=100
-num_workers=4
 algorithms="ddp gossip_bmuf"
 epochs=2
-launcher=accelerate
-port=29511
-data=data/lm           # relative to the recipe directory
-exp=exp/quickstart     # relative to the recipe directory
-help_message="Usage: ./run.sh [options] [-- trainer overrides such as sync.period=8]"
+data=data/lm           # relative to the LM recipe directory
+exp=exp/quickstart     # relative to the recipe directories
+# ASR part
+asr_dir=recipes/librispeech/asr1   # a recipe dir (or a copy made of links to it)
+asr_algorithms="ddp gossip_bmuf"
+asr_opts=""            # more options of the ASR recipe's run.sh, split on spaces: "--stage 4 --nj 4"
+asr_overrides=""       # ASR trainer overrides, split on spaces: "train.max_epochs=20 sync.period=8"
+help_message="Usage: ./run.sh [options] [-- LM trainer overrides such as sync.period=8]"
 
 . utils/log.sh
 . utils/parse_options.sh
 [ "${1:-}" = "--" ] && shift
 . ./path.sh
 
-lm=recipes/wikitext103/lm1
-log "LM quick start: $lm/run.sh (stages $stage..$stop_stage; results in $lm/$exp/compare/RESULTS.md)"
-$lm/run.sh --stage "$stage" --stop-stage "$stop_stage" --num-workers "$num_workers" \
-  --algorithms "$algorithms" --epochs "$epochs" --launcher "$launcher" --port "$port" \
-  --data "$data" --exp "$exp" -- "$@"
-[ -f "$lm/$exp/compare/RESULTS.md" ] && cat "$lm/$exp/compare/RESULTS.md"
+for t in $tasks; do
+  case $t in lm|asr) ;; *) die "--tasks: unknown task '$t' (use lm, asr or \"lm asr\")" ;; esac
+done
+
+if [[ " $tasks " == *" lm "* ]]; then
+  lm=recipes/wikitext103/lm1
+  log "LM quick start: $lm/run.sh (stages $stage..$stop_stage; results in $lm/$exp/compare/RESULTS.md)"
+  $lm/run.sh --stage "$stage" --stop-stage "$stop_stage" --num-workers "$num_workers" \
+    --algorithms "$algorithms" --epochs "$epochs" --launcher "$launcher" --port "$port" \
+    --data "$data" --exp "$exp" -- "$@"
+  [ -f "$lm/$exp/compare/RESULTS.md" ] && cat "$lm/$exp/compare/RESULTS.md"
+fi
+
+if [[ " $tasks " == *" asr "* ]]; then
+  [ -x "$asr_dir/run.sh" ] || die "--asr-dir $asr_dir has no run.sh"
+  read -r -a opts <<< "$asr_opts"
+  read -r -a overrides <<< "$asr_overrides"
+  log "ASR quick start: $asr_dir/run.sh (results in $asr_dir/$exp/RESULTS.md)"
+  "$asr_dir/run.sh" --num-workers "$num_workers" --algorithms "$asr_algorithms" --launcher "$launcher" \
+    --port $((port + 30)) --exp "$exp" ${opts[@]+"${opts[@]}"} -- ${overrides[@]+"${overrides[@]}"}
+  [ -f "$asr_dir/$exp/RESULTS.md" ] && cat "$asr_dir/$exp/RESULTS.md"
+fi
 log "Done."

@@ -87,6 +87,14 @@ def test_wer_kaldi_lines_and_alignment():
     assert align_words(["THE", "CAT"], ["THE"], "x").kaldi_lines()[2:] == ["x op    C    D ", "x #csid 1 0 0 1"]
 
 
+def test_cer_counts_letters_and_word_boundaries():
+    # "THE CAT" -> "THECAT": one deleted space; "THE CAT" -> "THE BAT": one substituted letter
+    stats, _ = compute_wer({"a": "THE CAT", "b": "THE CAT"}, {"a": "THECAT", "b": "THE BAT"})
+    assert (stats.chars.ins, stats.chars.dels, stats.chars.subs, stats.chars.ref_chars) == (0, 1, 1, 14)
+    assert stats.chars.kaldi_line() == "%CER 14.29 [ 2 / 14, 0 ins, 1 del, 1 sub ]"
+    assert stats.as_dict()["cer"] == pytest.approx(100 * 2 / 14)
+
+
 def test_wer_modes():
     refs, hyps = {"a": "X Y", "b": "Z"}, {"a": "X Y"}
     stats, _ = compute_wer(refs, hyps, "all")
@@ -108,5 +116,6 @@ def test_score_wer_cli(tmp_path, capsys):
     per_utt = (tmp_path / "s" / "per_utt").read_text().splitlines()
     assert len(per_utt) == 8 and per_utt[3] == "u1 #csid 3 1 1 0" and per_utt[7] == "u2 #csid 3 0 0 0"
     assert (tmp_path / "s" / "hyp.txt").read_text() == "u1 A X C D E\nu2 THE CAT SAT\n"
+    assert (tmp_path / "s" / "cer").read_text() == "%CER 16.67 [ 3 / 18, 2 ins, 0 del, 1 sub ]\n"
     stats = write_scoring_dir(tmp_path / "s2", {"u": "A"}, {"u": "A"})
     assert stats.wer == 0.0

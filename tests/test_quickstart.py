@@ -1,11 +1,16 @@
-"""The README's first command, shrunk: ./run.sh end to end (data, DDP and gossip-BMUF training, report)."""
+"""The README's first command, shrunk: ./run.sh end to end, LM and ASR (data, DDP and gossip-BMUF
+training, evaluation, report). The ASR part runs in a scratch recipe dir made of links to
+recipes/librispeech/asr1, so that the user's own data/ and exp/ there are left alone."""
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,9 +27,9 @@ def run(args: list[str]) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_run_sh_all_stages(tmp_path):
+def test_run_sh_all_lm_stages(tmp_path):
     data, exp = tmp_path / "data", tmp_path / "exp"
-    args = ["--data", str(data), "--exp", str(exp), "--num-workers", "3", "--epochs", "1",
+    args = ["--tasks", "lm", "--data", str(data), "--exp", str(exp), "--num-workers", "3", "--epochs", "1",
             "--port", str(free_port()), "--", "train.max_steps_per_epoch=20", "model.hidden_size=64", "model.projection_size=32",
             "sync.components.0.period=16"]  # so that the embedding syncs within 20 steps
     proc = run(args)
@@ -45,8 +50,58 @@ def test_run_sh_all_stages(tmp_path):
     assert again.returncode == 0 and "already trained" in again.stderr
 
 
+def linked_recipe(src: Path, dst: Path) -> Path:
+    """A recipe dir whose files are links to src's (its data/, fbank/ and exp/ are new)."""
+    dst.mkdir(parents=True)
+    for name in ("run.sh", "path.sh", "conf", "local", "utils"):
+        (dst / name).symlink_to(src / name)
+    return dst
+
+
+@pytest.mark.skipif(shutil.which("flite") is None and os.geteuid() != 0,
+                    reason="the mini LibriSpeech needs flite (apt-get install flite); stage 0 installs it as root")
+def test_run_sh_all_asr_stages(tmp_path):
+    recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
+    lm_conf = tmp_path / "lm_tiny.yaml"
+    lm_conf.write_text((recipe / "conf" / "lm_units.yaml").read_text().replace("epochs: 6", "epochs: 1")
+                       + "  max_steps_per_epoch: 10\n")
+    args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
+            "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --lm-conf {lm_conf}",
+            "--asr-overrides", "train.max_epochs=1 train.max_steps_per_epoch=4 model.options.hidden=32 "
+                               "model.options.layers=1 sync.period=2"]
+    proc = run(args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    # stage 0-1: the mini corpus in LibriSpeech's layout, its LM text, Kaldi data dirs
+    corpus = recipe / "data" / "mini_librispeech"
+    assert len(list((corpus / "train-clean-100").glob("*/*/*.flac"))) == 40
+    lm_text = (corpus / "librispeech-lm-norm.txt").read_text().splitlines()
+    test_text = (recipe / "data" / "test_clean" / "text").read_text().splitlines()
+    assert len(test_text) == 8 and not {t.split(" ", 1)[1] for t in test_text} & set(lm_text)
+    # stage 4: both runs trained with 3 workers; gossip-BMUF sent less than DDP
+    exp = recipe / "exp" / "quickstart"
+    ddp = json.loads((exp / "dnn_ddp-n3" / "results.json").read_text())
+    gossip = json.loads((exp / "dnn_gossip_bmuf-n3" / "results.json").read_text())
+    assert ddp["workers"] == gossip["workers"] == 3
+    assert 0 < gossip["bytes_sent_per_step_per_worker"] < ddp["bytes_sent_per_step_per_worker"]
+    # stage 5-7: the LM was trained on the LM text; every run x test set x method has a row
+    assert (exp / "lm_lang_char" / "final.pt").is_file()
+    table = (exp / "RESULTS.md").read_text()
+    assert "%CER" in table.splitlines()[0]
+    for run_name in ("dnn_ddp-n3", "dnn_gossip_bmuf-n3"):
+        for test_set in ("test_clean", "test_other"):
+            for method in ("greedy", "beam (beam 8)", "beam (beam 8) + LM"):
+                assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
+    assert len([line for line in table.splitlines() if line.startswith("| dnn_")]) == 12
+    assert table in proc.stdout  # the quick start prints the WER table
+    # stages are idempotent: a rerun skips the finished work
+    again = run(args)
+    assert again.returncode == 0 and "already trained" in again.stderr and "up to date" in again.stdout
+
+
 def test_run_sh_help_and_unknown_option():
     ok = run(["--help"])
     assert ok.returncode == 0 and "--num-workers" in ok.stdout + ok.stderr
     bad = run(["--num-wrokers", "3"])
     assert bad.returncode == 1 and "--num-wrokers" in bad.stderr
+    task = run(["--tasks", "tts"])
+    assert task.returncode == 1 and "unknown task 'tts'" in task.stderr

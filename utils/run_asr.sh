@@ -2,7 +2,8 @@
 # The shared ASR stages of every ASR recipe, after its own data preparation (stages 0-1):
 #   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
-#   5 unit-level LSTMP LM on the training transcripts (for shallow fusion; --use-lm true)
+#   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
+#     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts
 #   6 decode every test set: greedy, and beam search (+ LM)   7 RESULTS.md: one WER row per run, set and method
 #
 #   utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
@@ -26,6 +27,7 @@ launcher=accelerate
 port=29541
 use_lm=true
 lm_conf=conf/lm_units.yaml
+lm_text=""               # plain-text LM corpus; empty: data/<train-set>/text
 beam=8
 lm_weight=0.5
 insertion_bonus=1.0
@@ -94,17 +96,24 @@ if [ $stage -le 4 ] && [ $stop_stage -ge 4 ]; then
 fi
 
 lm_dir=$exp/lm_$(basename $lang)
+lm_data=data/lm_$(basename $lang)
 if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
   if [ -f $lm_dir/.done ]; then
     log "Stage 5: $lm_dir already trained"
   else
-    log "Stage 5: unit-level LSTMP LM on the training transcripts -> $lm_dir"
-    python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$train_set/text --out data/lm_units/src/wiki.train.tokens
-    python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$dev_set/text --out data/lm_units/src/wiki.valid.tokens
-    python -m gossip_accel.bin.prepare_lm --src data/lm_units/src --out data/lm_units/lm
+    if [ -n "$lm_text" ]; then
+      [ -f "$lm_text" ] || die "--lm-text $lm_text not found"
+      log "Stage 5: unit-level LSTMP LM on $lm_text -> $lm_dir"
+      python -m gossip_accel.bin.units_text --lang-dir $lang --plain-text "$lm_text" --out $lm_data/src/wiki.train.tokens
+    else
+      log "Stage 5: unit-level LSTMP LM on the training transcripts (no --lm-text) -> $lm_dir"
+      python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$train_set/text --out $lm_data/src/wiki.train.tokens
+    fi
+    python -m gossip_accel.bin.units_text --lang-dir $lang --text data/$dev_set/text --out $lm_data/src/wiki.valid.tokens
+    python -m gossip_accel.bin.prepare_lm --src $lm_data/src --out $lm_data/lm
     mkdir -p $lm_dir
     "$here/launch.sh" --num-workers 1 --launcher $launcher --port $port -- \
-      -m gossip_accel.bin.train_lm --config $lm_conf --exp-dir $lm_dir data.dir=data/lm_units/lm sync.enabled=false \
+      -m gossip_accel.bin.train_lm --config $lm_conf --exp-dir $lm_dir data.dir=$lm_data/lm sync.enabled=false \
       2>&1 | tee -a $lm_dir/train.log | grep --line-buffered '^\[train_lm\]' || true
     [ -f $lm_dir/results.json ] || die "LM training failed; see $lm_dir/train.log"
     touch $lm_dir/.done

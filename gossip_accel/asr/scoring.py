@@ -6,6 +6,9 @@ empty word (as ``align-text`` in Kaldi's ``steps/score_kaldi.sh``). Files of a s
 
 * ``wer``: ``%WER 50.00 [ 2 / 4, 1 ins, 0 del, 1 sub ]`` (`` [PARTIAL]`` appended when some
   references had no hypothesis), ``%SER 100.00 [ 1 / 1 ]``, ``Scored 1 sentences, 0 not present in hyp.``;
+* ``cer``: the same ``%CER`` line over characters, the space between words counted as one
+  character (ESPnet's ``<space>``), so a run that gets the letters but not the word boundaries
+  shows it;
 * ``per_utt``: ``utils/scoring/wer_per_utt_details.pl``'s format, four lines per utterance
   (``<utt> ref``, ``hyp``, ``op`` with C/S/I/D, columns centred to a common width, and
   ``<utt> #csid <C> <S> <I> <D>``);
@@ -25,13 +28,42 @@ MODES = ("all", "present", "strict")
 
 
 @dataclass
+class CharStats:
+    """Character-level totals (``%CER``): errors = ins + dels + subs over ``ref_chars``."""
+
+    ins: int = 0
+    dels: int = 0
+    subs: int = 0
+    ref_chars: int = 0
+
+    @property
+    def errors(self) -> int:
+        return self.ins + self.dels + self.subs
+
+    @property
+    def cer(self) -> float:
+        return 100.0 * self.errors / self.ref_chars if self.ref_chars else (0.0 if not self.errors else float("inf"))
+
+    def add(self, ref: str, hyp: str) -> None:
+        import kaldialign
+
+        d = kaldialign.edit_distance(list(ref), list(hyp))
+        self.ins, self.dels, self.subs = self.ins + d["ins"], self.dels + d["del"], self.subs + d["sub"]
+        self.ref_chars += len(ref)
+
+    def kaldi_line(self) -> str:
+        return f"%CER {self.cer:.2f} [ {self.errors} / {self.ref_chars}, {self.ins} ins, {self.dels} del, {self.subs} sub ]"
+
+
+@dataclass
 class WerStats:
-    """Corpus totals: errors = ins + dels + subs over ``ref_words`` reference words."""
+    """Corpus totals: errors = ins + dels + subs over ``ref_words`` reference words (and ``chars``)."""
 
     ins: int = 0
     dels: int = 0
     subs: int = 0
     ref_words: int = 0
+    chars: CharStats = field(default_factory=CharStats)
     sent_errors: int = 0
     sentences: int = 0
     absent: int = 0  # references without a hypothesis
@@ -53,7 +85,8 @@ class WerStats:
     def as_dict(self) -> dict:
         return {"wer": self.wer, "ser": self.ser, "errors": self.errors, "ins": self.ins, "del": self.dels,
                 "sub": self.subs, "ref_words": self.ref_words, "sentences": self.sentences,
-                "sent_errors": self.sent_errors, "absent": self.absent}
+                "sent_errors": self.sent_errors, "absent": self.absent, "cer": self.chars.cer,
+                "char_errors": self.chars.errors, "ref_chars": self.chars.ref_chars}
 
     def kaldi_lines(self) -> list[str]:
         """The three lines ``compute-wer`` prints."""
@@ -132,6 +165,7 @@ def compute_wer(refs: Mapping[str, str], hyps: Mapping[str, str], mode: str = "a
         stats.dels += d["del"]
         stats.subs += d["sub"]
         stats.ref_words += len(ref)
+        stats.chars.add(" ".join(ref), " ".join(hyp))
         stats.sentences += 1
         stats.sent_errors += ref != hyp
         details.append(align_words(ref, hyp, utt))
@@ -140,11 +174,12 @@ def compute_wer(refs: Mapping[str, str], hyps: Mapping[str, str], mode: str = "a
 
 def write_scoring_dir(out_dir: str | Path, refs: Mapping[str, str], hyps: Mapping[str, str],
                       mode: str = "all") -> WerStats:
-    """Score and write ``wer``, ``per_utt``, ``hyp.txt`` and ``ref.txt`` under ``out_dir``."""
+    """Score and write ``wer``, ``cer``, ``per_utt``, ``hyp.txt`` and ``ref.txt`` under ``out_dir``."""
     stats, details = compute_wer(refs, hyps, mode)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "wer").write_text("\n".join(stats.kaldi_lines()) + "\n", encoding="utf-8")
+    (out / "cer").write_text(stats.chars.kaldi_line() + (" [PARTIAL]" if stats.absent else "") + "\n", encoding="utf-8")
     (out / "per_utt").write_text("".join(line + "\n" for d in details for line in d.kaldi_lines()), encoding="utf-8")
     scored = [d.utt for d in details]
     (out / "hyp.txt").write_text("".join(_line(u, hyps.get(u, "")) for u in scored), encoding="utf-8")

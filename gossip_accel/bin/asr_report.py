@@ -1,4 +1,4 @@
-"""One RESULTS.md row per (run, test set, decoding method): WER with Kaldi's counts.
+"""One RESULTS.md row per (run, test set, decoding method): WER with Kaldi's counts, and CER.
 
     python -m gossip_accel.bin.asr_report --out exp/RESULTS.md exp/dnn_single-n1 exp/dnn_gossip_bmuf-n4 ...
 
@@ -21,10 +21,15 @@ def rows(run: Path) -> list[str]:
         d = json.loads(summ.read_text())
         method = d["method"] + (f" (beam {d['beam']})" if d.get("beam") else "") + (" + LM" if d.get("lm") else "")
         out.append(f"| {res['name']} | {res.get('model', '-')} | {res['workers']} | {res.get('periods', '-')} | "
-                   f"{res['epochs']} | {Path(d['data']).name} | {method} | {d['wer']:.2f} | "
+                   f"{res['epochs']} | {Path(d['data']).name} | {method} | {d['wer']:.2f} | {_cer(d)} | "
                    f"{d['errors']} / {d['ref_words']}, {d['ins']} ins, {d['del']} del, {d['sub']} sub | "
                    f"{res['bytes_sent_per_step_per_worker'] / 1e6:.3f} | {res['train_seconds']:.0f} |")
     return out
+
+
+def _cer(summary: dict) -> str:
+    """The %CER of a decode (``-`` for a summary written before CER was scored)."""
+    return f"{summary['cer']:.2f}" if "cer" in summary else "-"
 
 
 def main() -> None:
@@ -32,8 +37,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
-    lines = ["| run | model | workers | periods | epochs | test set | decoding | %WER | errors | MB sent/step/worker "
-             "| train time (s) |", "|" + "---|" * 11]
+    lines = ["| run | model | workers | periods | epochs | test set | decoding | %WER | %CER | errors | "
+             "MB sent/step/worker | train time (s) |", "|" + "---|" * 12]
     for run in args.runs:
         lines += rows(Path(run))
     text = "\n".join(lines) + "\n"

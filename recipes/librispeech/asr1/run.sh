@@ -30,6 +30,9 @@ ngpu=""                 # same as --num-workers
 launcher=accelerate
 port=29541
 use_lm=true
+lm_conf=conf/lm_units.yaml
+lm_text=""              # LM corpus, one sentence per line (LibriSpeech's librispeech-lm-norm.txt.gz from
+                        # openslr.org/11); default: the mini corpus's own, or the training transcripts
 exp=exp
 help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=2e-3 sync.period=8]"
 
@@ -53,7 +56,10 @@ if [ -z "$root" ]; then
     # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
     python local/make_mini_librispeech.py --out $root --train-utts $mini_train_utts \
       --eval-utts $mini_eval_utts --jobs $nj
+    # its LM corpus (librispeech-lm-norm.txt's counterpart): the rest of the Wikipedia text, dev/test held out
+    python local/make_lm_text.py --corpus $root --out $root/librispeech-lm-norm.txt
   fi
+  if [ -z "$lm_text" ] && [ -f $root/librispeech-lm-norm.txt ]; then lm_text=$root/librispeech-lm-norm.txt; fi
 fi
 
 if [ $stage -le 1 ] && [ $stop_stage -ge 1 ]; then
@@ -72,6 +78,6 @@ if [ $stop_stage -ge 2 ]; then
     --train-set ${train_set//-/_} --dev-set ${dev_set//-/_} --test-sets "$(echo ${test_sets//-/_})" \
     --nj $nj --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size --conf $conf \
     --algorithms "$algorithms" --num-workers $num_workers --launcher $launcher --port $port \
-    --use-lm $use_lm --exp $exp -- "$@"
+    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" --exp $exp -- "$@"
 fi
 log "Done."
