@@ -113,3 +113,40 @@ def test_newbob_schedule():
     assert not nb.update(3, 8.95, opt) and opt.param_groups[0]["lr"] == 0.5      # -0.6% < 1%: start halving
     assert not nb.update(4, 8.5, opt) and opt.param_groups[0]["lr"] == 0.25      # halving: halve every epoch
     assert nb.update(5, 8.4999, opt)                                            # < 0.1% while halving: stop
+    opt.param_groups[0]["lr"] = 1.0
+    keep = NewBob(start_impr=0.01, end_impr=0.001, factor=0.5, min_epochs=1, keep_lr_epochs=2)
+    assert not keep.update(1, 10.0, opt) and not keep.update(2, 10.5, opt)        # worse, but kept: epoch <= 2
+    assert opt.param_groups[0]["lr"] == 1.0
+    assert not keep.update(3, 10.0, opt) and opt.param_groups[0]["lr"] == 0.5     # no gain over the best: halve
+
+
+def _uneven_worker(rank: int, world: int, init_file: str, local_steps: list[int], out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from gossip_accel import shutdown
+    from gossip_accel.data.asr import agree_on_steps
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    steps = agree_on_steps(local_steps[rank])
+    total = torch.zeros(1)
+    for _ in range(steps):  # one collective per step, as a sync round is: a rank that went on alone would hang
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        total += t
+    Path(out_dir, f"rank{rank}").write_text(f"{steps} {int(total)}")
+    shutdown()
+
+
+def test_ranks_with_uneven_batches_agree_on_steps(tmp_path):
+    """Ranks holding 5, 3 and 4 batches all take 3 steps (the minimum), and every collective completes."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.spawn(_uneven_worker, args=(3, str(tmp_path / "init"), [5, 3, 4], str(tmp_path)), nprocs=3, join=False)
+    for _ in range(30):  # bounded wait: a hang fails the test instead of stalling the suite
+        if ctx.join(timeout=10):
+            break
+    else:
+        for p in ctx.processes:
+            p.kill()
+        pytest.fail("workers with uneven batch counts did not finish")
+    assert [(tmp_path / f"rank{r}").read_text() for r in range(3)] == ["3 9"] * 3

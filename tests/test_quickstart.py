@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -63,7 +64,7 @@ def linked_recipe(src: Path, dst: Path) -> Path:
 def test_run_sh_all_asr_stages(tmp_path):
     recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
     lm_conf = tmp_path / "lm_tiny.yaml"
-    lm_conf.write_text((recipe / "conf" / "lm_units.yaml").read_text().replace("epochs: 6", "epochs: 1")
+    lm_conf.write_text(re.sub(r"epochs: \d+", "epochs: 1", (recipe / "conf" / "lm_units.yaml").read_text())
                        + "  max_steps_per_epoch: 10\n")
     args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
             "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --lm-conf {lm_conf}",
@@ -89,9 +90,9 @@ def test_run_sh_all_asr_stages(tmp_path):
     assert "%CER" in table.splitlines()[0]
     for run_name in ("dnn_ddp-n3", "dnn_gossip_bmuf-n3"):
         for test_set in ("test_clean", "test_other"):
-            for method in ("greedy", "beam (beam 8)", "beam (beam 8) + LM"):
+            for method in ("greedy", "beam (beam 8) + LM"):
                 assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
-    assert len([line for line in table.splitlines() if line.startswith("| dnn_")]) == 12
+    assert len([line for line in table.splitlines() if line.startswith("| dnn_")]) == 8
     assert table in proc.stdout  # the quick start prints the WER table
     # stages are idempotent: a rerun skips the finished work
     again = run(args)

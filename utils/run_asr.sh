@@ -4,7 +4,7 @@
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
 #   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
 #     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts
-#   6 decode every test set: greedy, and beam search (+ LM)   7 RESULTS.md: one WER row per run, set and method
+#   6 decode every test set (--decode-methods: greedy, beam, beam_lm)   7 RESULTS.md: a WER/CER row per run, set, method
 #
 #   utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
 #       --conf conf/train_dnn.yaml --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- overrides]
@@ -28,6 +28,7 @@ port=29541
 use_lm=true
 lm_conf=conf/lm_units.yaml
 lm_text=""               # plain-text LM corpus; empty: data/<train-set>/text
+decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm (beam_lm needs --use-lm true)
 beam=8
 lm_weight=0.5
 insertion_bonus=1.0
@@ -124,15 +125,16 @@ if [ $stage -le 6 ] && [ $stop_stage -ge 6 ]; then
   for algo in $algorithms; do
     dir=$(run_dir $algo)
     for x in $test_sets; do
-      methods="greedy beam"
-      [ "$use_lm" = true ] && methods="$methods beam_lm"
-      for m in $methods; do
+      for m in $decode_methods; do
         out=$dir/decode_${x}_$m
         if [ -f $out/.done ]; then log "Stage 6: $out done"; continue; fi
         case $m in
           greedy) args=(--method greedy) ;;
           beam) args=(--method beam --beam $beam) ;;
-          beam_lm) args=(--method beam --beam $beam --lm-dir $lm_dir --lm-weight $lm_weight --insertion-bonus $insertion_bonus) ;;
+          beam_lm)
+            [ "$use_lm" = true ] || { log "Stage 6: skipping beam_lm (--use-lm false)"; continue; }
+            args=(--method beam --beam $beam --lm-dir $lm_dir --lm-weight $lm_weight --insertion-bonus $insertion_bonus) ;;
+          *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm)" ;;
         esac
         log "Stage 6: decoding data/$x with $(basename $dir) ($m)"
         python -m gossip_accel.bin.decode_asr --exp-dir $dir --data data/$x --out $out "${args[@]}"

@@ -10,7 +10,9 @@ of steps of every epoch (one all-reduce) so that no sync round waits for a rank 
 of data. Learning-rate schedule of 001_3db6b3ddf1f13045.txt (section 3, "newbob"): keep the
 rate while the CV loss drops by at least ``start_halving_impr`` (1%), then halve it every
 epoch, stop when the CV loss drops by less than ``end_halving_impr`` (0.1%) or at
-``max_epochs``. Writes ``results.json``, TensorBoard scalars, per-epoch per-rank checkpoints
+``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV loss does
+(Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs before the
+CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs before a stop. Writes ``results.json``, TensorBoard scalars, per-epoch per-rank checkpoints
 (a rerun resumes exactly) and the worker-averaged ``final.pt`` to ``--exp-dir``.
 """
 from __future__ import annotations
@@ -58,6 +60,7 @@ class ASRModelConf:
 class ASRTrainConf:
     max_epochs: int = 20
     min_epochs: int = 1
+    keep_lr_epochs: int = 0
     optimizer: str = "adam"
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -129,10 +132,11 @@ def cv_loss(model, batches, cmvn, ctc) -> tuple[float, float]:
 
 
 class NewBob:
-    """The learning-rate schedule of 001 section 3 (Kaldi's "newbob")."""
+    """The learning-rate schedule of 001 section 3 (Kaldi's "newbob"), with Kaldi's keep_lr_iters."""
 
-    def __init__(self, start_impr: float, end_impr: float, factor: float, min_epochs: int):
+    def __init__(self, start_impr: float, end_impr: float, factor: float, min_epochs: int, keep_lr_epochs: int = 0):
         self.start_impr, self.end_impr, self.factor, self.min_epochs = start_impr, end_impr, factor, min_epochs
+        self.keep_lr_epochs = keep_lr_epochs
         self.best: Optional[float] = None
         self.halving = False
 
@@ -143,7 +147,7 @@ class NewBob:
         stop = False
         if self.halving:
             stop = impr < self.end_impr and epoch >= self.min_epochs
-        elif impr < self.start_impr:
+        elif impr < self.start_impr and epoch > self.keep_lr_epochs:
             self.halving = True
         if self.halving and not stop:
             for g in optimizer.param_groups:
@@ -191,7 +195,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     train_batches = make_batches(train_utts, conf.data.max_frames)
     valid_batches = make_batches(valid_utts, conf.data.max_frames)[run.rank::run.world]
     schedule = NewBob(conf.train.start_halving_impr, conf.train.end_halving_impr, conf.train.halving_factor,
-                      conf.train.min_epochs)
+                      conf.train.min_epochs, conf.train.keep_lr_epochs)
     first_epoch, extra = run.resume(conf.train.resume)
     history, train_seconds = extra.get("history", []), extra.get("train_seconds", 0.0)
     if "schedule" in extra:

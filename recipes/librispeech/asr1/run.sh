@@ -31,6 +31,7 @@ launcher=accelerate
 port=29541
 use_lm=true
 lm_conf=conf/lm_units.yaml
+decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm
 lm_text=""              # LM corpus, one sentence per line (LibriSpeech's librispeech-lm-norm.txt.gz from
                         # openslr.org/11); default: the mini corpus's own, or the training transcripts
 exp=exp
@@ -78,6 +79,7 @@ if [ $stop_stage -ge 2 ]; then
     --train-set ${train_set//-/_} --dev-set ${dev_set//-/_} --test-sets "$(echo ${test_sets//-/_})" \
     --nj $nj --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size --conf $conf \
     --algorithms "$algorithms" --num-workers $num_workers --launcher $launcher --port $port \
-    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" --exp $exp -- "$@"
+    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" \
+    --decode-methods "$decode_methods" --exp $exp -- "$@"
 fi
 log "Done."
