@@ -69,7 +69,7 @@ def test_run_sh_all_asr_stages(tmp_path):
     args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
             "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --lm-conf {lm_conf}",
             "--asr-overrides", "train.max_epochs=1 train.max_steps_per_epoch=4 model.options.hidden=32 "
-                               "model.options.layers=1 sync.period=2"]
+                               "model.options.layers=1 sync.period=2 sync.warmup_steps=0"]
     proc = run(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     # stage 0-1: the mini corpus in LibriSpeech's layout, its LM text, Kaldi data dirs
