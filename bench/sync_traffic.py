@@ -7,7 +7,10 @@ with conf/lm/period_16_128.yaml, vocabulary of the embedded wiki_mini text). For
 (the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
 baseline, real backward passes with the counting all-reduce hook. It prints a table and
 writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
-local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step.
+local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step;
+EASGD/ASGD (parameter server) 2(n-1)/n |theta_i| / H_i on average over the workers (the
+server's rank sends (n-1) |theta_i| / H_i, the others |theta_i| / H_i), ADPSGD |theta_i| / H_i.
+The asynchronous algorithms run in their real asynchronous mode (RPC).
 """
 from __future__ import annotations
 
@@ -41,6 +44,11 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "local_bmuf-(16,128)": ["algorithm=local_bmuf", "q=null"],
     "gossip_bmuf-(8)": ["algorithm=gossip_bmuf", "period=8", "components.0.period=8"],
     "gossip_bmuf-(16,128)": ["algorithm=gossip_bmuf"],
+    "easgd-(16,128)": ["algorithm=easgd"],
+    "easgd_async-(16,128)": ["algorithm=easgd_async"],
+    "asgd-(16,128)": ["algorithm=asgd"],
+    "adpsgd_fixed-(16,128)": ["algorithm=adpsgd_fixed"],
+    "adpsgd_delay-(16,128)": ["algorithm=adpsgd_delay"],
 }
 
 
@@ -67,6 +75,8 @@ def build_model() -> torch.nn.Module:
 def analytic(sync: Synchronizer, n: int) -> float:
     cfg, topo = sync.cfg, sync.topology
     per_round = {"ma": ring_allreduce_bytes(1, n), "bmuf": ring_allreduce_bytes(1, n)}
+    per_round.update({a: ring_allreduce_bytes(1, n) for a in ("easgd", "easgd_async", "asgd")})  # mean over ranks
+    per_round.update({a: 1.0 for a in ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")})
     factor = per_round.get(cfg.algorithm, getattr(topo, "q", 0))
     return sum(factor * c.nbytes / c.period for c in sync.components)
 
@@ -81,6 +91,7 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
         sync = Synchronizer(model, load_sync_config(base, overrides))
         for _ in range(steps):
             sync.step()
+        sync.finalize()  # one-off traffic only; closes the RPC session of the asynchronous algorithms
         total = sync.comm.stats.total()
         rows[name] = {"sent": total.bytes_sent / steps, "recv": total.bytes_recv / steps,
                       "analytic": analytic(sync, n), "seconds_per_step": total.seconds / steps}

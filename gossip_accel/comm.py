@@ -7,9 +7,16 @@ seconds spent. Byte accounting:
 * ``allreduce_mean`` counts what a ring all-reduce (the algorithm NCCL and gloo use for
   large buffers) transmits per worker: 2 (n-1)/n * nbytes sent and the same received.
 * ``exchange`` counts the exact payload of every ``isend`` / ``irecv``.
+* ``reduce_sum`` / ``gather`` (to one rank) and ``scatter`` / ``broadcast`` (from one rank), the
+  collectives of the parameter-server algorithms in lock-step mode, count the direct model:
+  the root sends or receives (n-1) * nbytes, every other rank nbytes.
+* :meth:`CommStats.add` takes the bytes of RPC traffic (ASGD, EASGD, ADPSGD in asynchronous
+  mode), which RPC threads of the server or of a passive ADPSGD worker report concurrently
+  with the training thread: the counters are guarded by a lock.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -41,23 +48,41 @@ class CommStats:
     """Counters per component name; ``total()`` sums them."""
 
     per_component: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, sent: float, recv: float, seconds: float, call: bool = True) -> None:
+        """Count one operation of component ``name`` (thread-safe); ``call=False`` adds to the
+        last one (the wait of an exchange whose bytes were counted when it was posted)."""
+        with self.lock:
+            c = self.per_component[name]
+            c.add(sent, recv, seconds)
+            if not call:
+                c.calls -= 1
 
     def total(self) -> Counter:
         out = Counter()
-        for c in self.per_component.values():
-            out.bytes_sent += c.bytes_sent
-            out.bytes_recv += c.bytes_recv
-            out.seconds += c.seconds
-            out.calls += c.calls
+        with self.lock:
+            for c in self.per_component.values():
+                out.bytes_sent += c.bytes_sent
+                out.bytes_recv += c.bytes_recv
+                out.seconds += c.seconds
+                out.calls += c.calls
         return out
 
+    def snapshot(self) -> dict[str, Counter]:
+        """A consistent copy of the per-component counters."""
+        with self.lock:
+            return {k: Counter(**vars(v)) for k, v in self.per_component.items()}
+
     def state_dict(self) -> dict:
-        return {k: vars(v).copy() for k, v in self.per_component.items()}
+        with self.lock:
+            return {k: vars(v).copy() for k, v in self.per_component.items()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.per_component.clear()
-        for k, v in state.items():
-            self.per_component[k] = Counter(**v)
+        with self.lock:
+            self.per_component.clear()
+            for k, v in state.items():
+                self.per_component[k] = Counter(**v)
 
 
 def ring_allreduce_bytes(nbytes: int, n: int) -> float:
@@ -104,7 +129,7 @@ class Communicator:
         dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group)
         buffer.div_(self.world_size)
         moved = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), self.world_size)
-        self.stats.per_component[name].add(moved, moved, time.perf_counter() - start)
+        self.stats.add(name, moved, moved, time.perf_counter() - start)
 
     def broadcast(self, name: str, buffer: torch.Tensor, src: int = 0) -> None:
         """buffer <- rank ``src``'s buffer (group rank)."""
@@ -112,7 +137,34 @@ class Communicator:
         dist.broadcast(buffer, src=self._global(src), group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         sent = nbytes * (self.world_size - 1) if self.rank == src else 0
-        self.stats.per_component[name].add(sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
+        self.stats.add(name, sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
+
+    def reduce_sum(self, name: str, buffer: torch.Tensor, dst: int = 0) -> None:
+        """buffer on rank ``dst`` <- sum over the group's ranks (other ranks' buffers are scratch)."""
+        start = time.perf_counter()
+        dist.reduce(buffer, dst=self._global(dst), op=dist.ReduceOp.SUM, group=self.group)
+        nbytes = buffer.numel() * buffer.element_size()
+        root = self.rank == dst
+        self.stats.add(name, 0 if root else nbytes, nbytes * (self.world_size - 1) if root else 0,
+                       time.perf_counter() - start)
+
+    def gather(self, name: str, buffer: torch.Tensor, gather_list: Optional[list[torch.Tensor]], dst: int = 0) -> None:
+        """Rank ``dst`` receives every rank's ``buffer`` in ``gather_list`` (in group-rank order)."""
+        start = time.perf_counter()
+        root = self.rank == dst
+        dist.gather(buffer, gather_list if root else None, dst=self._global(dst), group=self.group)
+        nbytes = buffer.numel() * buffer.element_size()
+        self.stats.add(name, 0 if root else nbytes, nbytes * (self.world_size - 1) if root else 0,
+                       time.perf_counter() - start)
+
+    def scatter(self, name: str, buffer: torch.Tensor, scatter_list: Optional[list[torch.Tensor]], src: int = 0) -> None:
+        """Every rank k receives ``scatter_list[k]`` of rank ``src`` into ``buffer``."""
+        start = time.perf_counter()
+        root = self.rank == src
+        dist.scatter(buffer, scatter_list if root else None, src=self._global(src), group=self.group)
+        nbytes = buffer.numel() * buffer.element_size()
+        self.stats.add(name, nbytes * (self.world_size - 1) if root else 0, 0 if root else nbytes,
+                       time.perf_counter() - start)
 
     def exchange(self, items: Sequence[Exchange]) -> None:
         """Send each buffer to its ``send_to`` ranks and receive its ``recv_from`` copies.
@@ -120,22 +172,54 @@ class Communicator:
         All components of the round go into one ``batch_isend_irecv`` (tags keep them apart),
         so a round costs one latency, not one per component.
         """
+        self.exchange_finish(self.exchange_start(items))
+
+    def exchange_start(self, items: Sequence[Exchange]) -> "PendingExchange":
+        """Post the sends and receives of :meth:`exchange` and return without waiting.
+
+        The buffers must stay untouched until :meth:`exchange_finish` (delay-by-one ADPSGD
+        computes the next local step meanwhile).
+        """
         ops = []
         for it in items:
             for dst in it.send_to:
                 ops.append(dist.P2POp(dist.isend, it.buffer, self._global(dst), self.group, it.tag))
             for src, rbuf in zip(it.recv_from, it.recv_buffers):
                 ops.append(dist.P2POp(dist.irecv, rbuf, self._global(src), self.group, it.tag))
-        if not ops:
+        start = time.perf_counter()
+        works = dist.batch_isend_irecv(ops) if ops else []
+        return PendingExchange(list(items), works, time.perf_counter() - start, stats=self.stats)
+
+    def exchange_finish(self, pending: "PendingExchange") -> None:
+        """Wait for an exchange posted by :meth:`exchange_start` and count its traffic (once)."""
+        if pending.done:
             return
         start = time.perf_counter()
-        for work in dist.batch_isend_irecv(ops):
+        for work in pending.works:
             work.wait()
-        seconds = time.perf_counter() - start
+        pending.done = True
+        items = pending.items
+        if not pending.works:
+            return
+        seconds = pending.post_seconds + time.perf_counter() - start
+        stats = pending.stats if pending.stats is not None else self.stats  # where it was posted
         total = sum((len(it.send_to) + len(it.recv_from)) * it.buffer.numel() for it in items) or 1
         for it in items:
             nbytes = it.buffer.numel() * it.buffer.element_size()
             share = (len(it.send_to) + len(it.recv_from)) * it.buffer.numel() / total
-            self.stats.per_component[it.name].add(
-                len(it.send_to) * nbytes, len(it.recv_from) * nbytes, seconds * share
-            )
+            stats.add(it.name, len(it.send_to) * nbytes, len(it.recv_from) * nbytes, seconds * share)
+
+
+@dataclass
+class PendingExchange:
+    """Sends and receives posted by :meth:`Communicator.exchange_start`, not yet waited for.
+
+    Their traffic is counted, when they complete, in the counters that were active when they
+    were posted (a delay-by-one exchange completed by ``finalize`` is per-step traffic).
+    """
+
+    items: list
+    works: list
+    post_seconds: float = 0.0
+    done: bool = False
+    stats: Optional[CommStats] = None

@@ -4,6 +4,7 @@ A YAML file such as::
 
     sync:
       algorithm: gossip_bmuf      # ma | bmuf | local_ma | local_bmuf | gossip_ma | gossip_bmuf
+                                  # | easgd | easgd_async | asgd | adpsgd_fixed | adpsgd_random | adpsgd_delay
       period: 16                  # default H_i of every component
       p: 1                        # symmetric degree of the ring (Definition 1)
       q: 1                        # gossip neighbours per round (q <= 2p; q = 2p is "local")
@@ -32,7 +33,15 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-ALGORITHMS = ("ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf")
+#: Algorithm 1 of 000 (full graph or ring), one collective/exchange per sync of a component
+PERIODIC_ALGORITHMS = ("ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf")
+#: the centre variable / global model lives on a parameter server (``sync.server_rank``): eq. 2, 8, 9 of 001
+SERVER_ALGORITHMS = ("easgd", "easgd_async", "asgd")
+#: one ring neighbour per sync, pairwise average (Cui et al. 2021, 002/004)
+ADPSGD_ALGORITHMS = ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")
+#: run truly asynchronously over torch.distributed.rpc unless ``sync.lockstep`` is true
+ASYNC_ALGORITHMS = ("easgd_async", "asgd") + ADPSGD_ALGORITHMS
+ALGORITHMS = PERIODIC_ALGORITHMS + SERVER_ALGORITHMS + ADPSGD_ALGORITHMS
 BUFFER_POLICIES = ("average", "local", "broadcast")
 
 
@@ -83,6 +92,18 @@ class SyncConfig:
     track_divergence: bool = True
     broadcast_initial: bool = True
     enabled: bool = True
+    # -- EASGD (eq. 8-9 of 001): alpha = eta * lambda --------------------------------------
+    easgd_alpha: Optional[float] = None   # alpha itself; default 0.9 / n (beta = n alpha = 0.9)
+    easgd_lambda: Optional[float] = None  # lambda of eq. 7; with easgd_eta gives alpha = eta * lambda
+    easgd_eta: Optional[float] = None     # eta of eq. 8 (the workers' learning rate)
+    # -- parameter server (asgd, easgd, easgd_async) -----------------------------------------
+    server_rank: int = 0                  # the process (group rank) that hosts the server role
+    server_lr: float = 1.0                # ASGD: w~ <- w~ + server_lr * (pushed update), eq. 2
+    max_staleness: Optional[int] = None   # SSP bound: no worker more than S syncs ahead of the slowest
+    # -- asynchronous algorithms (asgd, easgd_async, adpsgd_*) ---------------------------------
+    lockstep: bool = False                # deterministic lock-step order instead of real asynchrony
+    rpc_timeout: float = 600.0            # seconds for one RPC (and for the RPC rendezvous)
+    rpc_init_method: Optional[str] = None  # RPC rendezvous; default tcp://$MASTER_ADDR:<free port of rank 0>
 
     # -- derived quantities ---------------------------------------------------------------
     @property
@@ -91,8 +112,32 @@ class SyncConfig:
 
     @property
     def graph(self) -> str:
-        """``full`` for MA/BMUF, ``ring`` for the local and gossip variants."""
+        """``full`` for MA/BMUF, ``ring`` for local/gossip and ADPSGD, ``server`` for EASGD/ASGD."""
+        if self.algorithm in SERVER_ALGORITHMS:
+            return "server"
         return "full" if self.algorithm in ("ma", "bmuf") else "ring"
+
+    @property
+    def is_async(self) -> bool:
+        """An asynchronous algorithm (ASGD, async EASGD, ADPSGD)."""
+        return self.algorithm in ASYNC_ALGORITHMS
+
+    @property
+    def uses_rpc(self) -> bool:
+        """Asynchronous and not in lock-step mode: runs over torch.distributed.rpc."""
+        return self.is_async and not self.lockstep
+
+    def resolved_alpha(self, n: int) -> float:
+        """EASGD's moving rate alpha = eta * lambda (eq. 9 of 001); default beta / n with beta = 0.9.
+
+        Zhang et al. (EASGD, NIPS 2015) recommend beta = n * alpha = 0.9 for the synchronous
+        variant; the same default keeps the asynchronous one stable.
+        """
+        if self.easgd_alpha is not None:
+            return self.easgd_alpha
+        if self.easgd_lambda is not None:
+            return self.easgd_eta * self.easgd_lambda  # validate() made sure eta is set
+        return 0.9 / max(n, 1)
 
     def resolved_p(self, n: int) -> int:
         """Symmetric degree; default ``max(1, round(log2 n) - 1)`` as in section 3.3."""
@@ -136,6 +181,35 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.block_lr={cfg.block_lr} must be > 0")
     if cfg.warmup_steps < 0 or cfg.warmup_period < 1:
         raise ConfigError("sync.warmup_steps must be >= 0 and sync.warmup_period >= 1")
+    if cfg.algorithm not in PERIODIC_ALGORITHMS and cfg.warmup_steps > 0:
+        raise ConfigError(
+            f"sync.warmup_steps={cfg.warmup_steps}: warm-up (full averages, then a BMUF slot restart) is "
+            f"defined for {', '.join(PERIODIC_ALGORITHMS)}; set sync.warmup_steps=0 for {cfg.algorithm}"
+        )
+    if cfg.easgd_alpha is not None and cfg.easgd_lambda is not None:
+        raise ConfigError("give either sync.easgd_alpha or sync.easgd_lambda (with sync.easgd_eta), not both")
+    if cfg.easgd_lambda is not None and (cfg.easgd_eta is None or cfg.easgd_eta <= 0 or cfg.easgd_lambda <= 0):
+        raise ConfigError(
+            f"sync.easgd_lambda={cfg.easgd_lambda} needs sync.easgd_eta > 0 (alpha = eta * lambda, eq. 9 of 001) "
+            f"and lambda > 0; got sync.easgd_eta={cfg.easgd_eta}"
+        )
+    if cfg.easgd_eta is not None and cfg.easgd_lambda is None:
+        raise ConfigError("sync.easgd_eta is only used with sync.easgd_lambda (alpha = eta * lambda)")
+    alpha = cfg.resolved_alpha(2)
+    if cfg.easgd_alpha is not None or cfg.easgd_lambda is not None:
+        if not 0.0 < alpha < 1.0:
+            raise ConfigError(
+                f"EASGD moving rate alpha = {alpha} (sync.easgd_alpha, or sync.easgd_eta * sync.easgd_lambda) "
+                "must be in (0, 1)"
+            )
+    if cfg.server_rank < 0:
+        raise ConfigError(f"sync.server_rank={cfg.server_rank} must be >= 0")
+    if cfg.server_lr <= 0:
+        raise ConfigError(f"sync.server_lr={cfg.server_lr} must be > 0")
+    if cfg.max_staleness is not None and cfg.max_staleness < 0:
+        raise ConfigError(f"sync.max_staleness={cfg.max_staleness} must be >= 0 (or null: unbounded)")
+    if cfg.rpc_timeout <= 0:
+        raise ConfigError(f"sync.rpc_timeout={cfg.rpc_timeout} must be > 0 seconds")
     if cfg.p is not None and cfg.p < 1:
         raise ConfigError(f"sync.p={cfg.p} must be >= 1")
     if cfg.q is not None and cfg.q < 1:
@@ -152,6 +226,19 @@ def validate(cfg: SyncConfig) -> None:
         if rule.name in names:
             raise ConfigError(f"{key}.name={rule.name!r} is used twice")
         names.add(rule.name)
+
+
+def validate_for_world(cfg: SyncConfig, n: int) -> None:
+    """Checks that need the number of workers n (the Synchronizer and the simulator call it)."""
+    if n < 2 or not cfg.enabled:
+        return
+    if cfg.algorithm in SERVER_ALGORITHMS and not 0 <= cfg.server_rank < n:
+        raise ConfigError(f"sync.server_rank={cfg.server_rank} is not a rank of this run (n={n})")
+    if cfg.algorithm == "easgd" and n * cfg.resolved_alpha(n) >= 2.0:
+        raise ConfigError(
+            f"synchronous EASGD with n={n} and alpha={cfg.resolved_alpha(n):g}: beta = n * alpha >= 2 makes the "
+            "centre variable diverge (eq. 8 of 001); lower sync.easgd_alpha (or sync.easgd_eta * sync.easgd_lambda)"
+        )
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:

@@ -5,6 +5,10 @@ It uses the same components, schedule, topology and update-rule code as the
 directly from the n replicas. A distributed run with the same seeds and data must end with
 the same parameters (tests/test_distributed_equals_simulator.py).
 
+The asynchronous algorithms (ASGD, async EASGD, ADPSGD) are simulated in their deterministic
+lock-step order (``sync.lockstep: true`` in a distributed run): the server takes the pushes
+of a round in rank order; ADPSGD's partners average exactly.
+
 CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.simulate``)
 compares the algorithms on the toy task of :mod:`gossip_accel.toy` and prints a table.
 """
@@ -16,9 +20,18 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .algorithms import BMUFSlots, new_local_model
+from .algorithms import (
+    BMUFSlots,
+    asgd_delta,
+    asgd_server_update,
+    delayed_average,
+    elastic_center_update_sync,
+    elastic_worker_update,
+    new_local_model,
+    pair_average,
+)
 from .components import split_buffers, split_components
-from .config import ALGORITHMS, load_sync_config
+from .config import ADPSGD_ALGORITHMS, ALGORITHMS, SERVER_ALGORITHMS, load_sync_config, validate_for_world
 from .schedule import event_at
 from .topology import RingTopology, make_topology
 
@@ -31,6 +44,7 @@ class SimulatedCluster:
         self.models = list(models)
         self.n = n = len(self.models)
         cfg = self.cfg
+        validate_for_world(cfg, n)
         self.comps = [split_components(m.named_parameters(), cfg.components, cfg.period) for m in self.models]
         period = min(c.period for c in self.comps[0])
         self.bufs = [split_buffers(m.named_buffers(), period) if cfg.buffers != "local" else None for m in self.models]
@@ -45,6 +59,14 @@ class SimulatedCluster:
             {c.name: BMUFSlots.start_from(c.gather()) for c in self.comps[k]} if cfg.uses_bmuf else {}
             for k in range(n)
         ]
+        self.alpha = cfg.resolved_alpha(n)
+        # EASGD / ASGD: the server's centre variable (global model), per component
+        self.centre = [c.gather().clone() for c in self.comps[0]] if cfg.algorithm in SERVER_ALGORITHMS else []
+        # ASGD: the model each worker last pulled
+        self.pulled = ([[c.gather().clone() for c in comps] for comps in self.comps]
+                       if cfg.algorithm == "asgd" else [])
+        self.round = 0  # ADPSGD: sync steps so far
+        self.pending = None  # delay-by-one: (component indices, pairs, {k: {ci: sent model}})
 
     def _with_buffers(self, k: int):
         return self.comps[k] + ([self.bufs[k]] if self.bufs[k] is not None else [])
@@ -69,6 +91,14 @@ class SimulatedCluster:
         if self.n == 1 or not self.cfg.enabled:
             return
         cfg = self.cfg
+        if cfg.algorithm in SERVER_ALGORITHMS or cfg.algorithm in ADPSGD_ALGORITHMS:
+            due = [ci for ci, c in enumerate(self.comps[0])
+                   if event_at(self.t, c.period, cfg.warmup_steps, cfg.warmup_period) is not None]
+            if due:
+                (self._server_step if cfg.algorithm in SERVER_ALGORITHMS else self._adpsgd_step)(due)
+            if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
+                self._sync_buffers()
+            return
         for ci, comp0 in enumerate(self.comps[0]):
             ev = event_at(self.t, comp0.period, cfg.warmup_steps, cfg.warmup_period)
             if ev is None:
@@ -81,6 +111,54 @@ class SimulatedCluster:
         if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
             self._sync_buffers()
 
+    def _server_step(self, due: list[int]) -> None:
+        """EASGD eq. 8 (all at once) or eq. 9 / ASGD eq. 2 (pushes in rank order) on the due components."""
+        algo, n, alpha = self.cfg.algorithm, self.n, self.alpha
+        for ci in due:
+            centre = self.centre[ci]
+            xs = [self.comps[k][ci].gather().clone() for k in range(n)]
+            if algo == "easgd":
+                total = torch.stack(xs).sum(0)
+                for k in range(n):
+                    self.comps[k][ci].scatter(elastic_worker_update(xs[k], centre, alpha))
+                elastic_center_update_sync(centre, total, n, alpha)
+                continue
+            for k in range(n):
+                if algo == "easgd_async":
+                    old = centre.clone()
+                    elastic_worker_update(centre, xs[k], alpha)
+                    self.comps[k][ci].scatter(elastic_worker_update(xs[k], old, alpha))
+                else:
+                    asgd_server_update(centre, asgd_delta(xs[k], self.pulled[k][ci]), self.cfg.server_lr)
+                    self.pulled[k][ci].copy_(centre)
+                    self.comps[k][ci].scatter(centre)
+
+    def _adpsgd_step(self, due: list[int]) -> None:
+        """Each pair of round r averages (fixed / random); delay-by-one applies round r at round r + 1."""
+        self.round += 1
+        pairs = self.topology.pairs(self.round)
+        if self.cfg.algorithm != "adpsgd_delay":
+            for ci in due:
+                for a, b in pairs:
+                    xa, xb = self.comps[a][ci].gather().clone(), self.comps[b][ci].gather().clone()
+                    self.comps[a][ci].scatter(pair_average(xa.clone(), xb))
+                    self.comps[b][ci].scatter(pair_average(xb, xa))
+            return
+        self._resolve_delayed()
+        sent = {k: {ci: self.comps[k][ci].gather().clone() for ci in due} for k in range(self.n)}
+        self.pending = (due, pairs, sent)
+
+    def _resolve_delayed(self) -> None:
+        if self.pending is None:
+            return
+        due, pairs, sent = self.pending
+        partner = {a: b for a, b in pairs} | {b: a for a, b in pairs}
+        for k in range(self.n):
+            for ci in due:
+                x = self.comps[k][ci].gather().clone()
+                self.comps[k][ci].scatter(delayed_average(x, sent[k][ci], sent[partner[k]][ci]))
+        self.pending = None
+
     def _sync_buffers(self) -> None:
         vals = [b.gather().clone() for b in self.bufs]
         new = torch.stack(vals).mean(0) if self.cfg.buffers == "average" else vals[0]
@@ -91,6 +169,19 @@ class SimulatedCluster:
         """Every replica <- the average of all replicas (Algorithm 1, line 20)."""
         if self.n == 1 or not self.cfg.enabled:
             return
+        if self.cfg.algorithm in SERVER_ALGORITHMS:
+            # EASGD's output is the centre variable; ASGD first pushes the steps since the last pull
+            for ci, centre in enumerate(self.centre):
+                if self.cfg.algorithm == "asgd":
+                    for k in range(self.n):
+                        x = self.comps[k][ci].gather().clone()
+                        asgd_server_update(centre, asgd_delta(x, self.pulled[k][ci]), self.cfg.server_lr)
+                for k in range(self.n):
+                    self.comps[k][ci].scatter(centre)
+            if self.bufs[0] is not None:
+                self._sync_buffers()
+            return
+        self._resolve_delayed()
         for ci in range(len(self.comps[0])):
             mean = torch.stack([self.comps[k][ci].gather().clone() for k in range(self.n)]).mean(0)
             for k in range(self.n):

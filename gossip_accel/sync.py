@@ -10,7 +10,11 @@ Use it after every optimizer step::
 
 Each worker trains its own replica (no gradient all-reduce); every H_i steps component i is
 averaged over all workers (MA/BMUF) or over the node and q random ring neighbours
-(gossip/local, Definition 1), then the update rule of ``sync.algorithm`` is applied. For
+(gossip/local, Definition 1), then the update rule of ``sync.algorithm`` is applied. The
+parameter-server algorithms (EASGD, ASGD: :mod:`gossip_accel.param_server`) and ADPSGD
+(:mod:`gossip_accel.pairwise`) are engines behind the same three calls (``step``,
+``finalize``, ``state_dict``); the asynchronous ones start a torch.distributed.rpc session
+with the synchronizer and end it in ``finalize`` (or ``close`` after an error). For
 Accelerate's DDP-wrapped models use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`,
 which also switches off DDP's gradient all-reduce.
 """
@@ -26,7 +30,7 @@ import torch.distributed as dist
 from .algorithms import BMUFSlots, new_local_model
 from .comm import CommStats, Communicator, Exchange
 from .components import Component, split_buffers, split_components
-from .config import ConfigError, SyncConfig, load_sync_config
+from .config import ADPSGD_ALGORITHMS, SERVER_ALGORITHMS, ConfigError, SyncConfig, load_sync_config, validate_for_world
 from .schedule import event_at
 from .topology import RingTopology, make_topology
 
@@ -86,11 +90,13 @@ class Synchronizer:
         self.slots: dict[str, BMUFSlots] = {}
         self._staging: dict[str, torch.Tensor] = {}
         self._recv: dict[str, list[torch.Tensor]] = {}
+        self.engine = None  # EASGD/ASGD (param_server.ServerEngine) or ADPSGD (pairwise.PairwiseEngine)
         if not self.active:
             self.comm = None
             self.topology = None
             return
 
+        validate_for_world(self.cfg, self.world_size)
         self.comm = Communicator(process_group)
         # the initial broadcast and the final average are one-offs, kept out of the per-step counters
         self.oneoff_stats = CommStats()
@@ -112,6 +118,14 @@ class Synchronizer:
                     self._staging[comp.name] = torch.empty_like(self.slots[comp.name].omega)
             if isinstance(self.topology, RingTopology):
                 self._recv[comp.name] = [torch.empty_like(comp.flat) for _ in range(self.topology.q)]
+        if self.cfg.algorithm in SERVER_ALGORITHMS:
+            from .param_server import ServerEngine
+
+            self.engine = ServerEngine(self, process_group)
+        elif self.cfg.algorithm in ADPSGD_ALGORITHMS:
+            from .pairwise import PairwiseEngine
+
+            self.engine = PairwiseEngine(self, process_group)
 
     # -- the training-loop API -------------------------------------------------------------
     def step(self) -> None:
@@ -125,6 +139,14 @@ class Synchronizer:
             ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period)
             if ev is not None:
                 due.append((comp, ev))
+        if self.engine is not None:
+            if due:
+                self.engine.step(due)
+            # asynchronous runs would lock-step on a buffer collective: their buffers meet at finalize
+            if (self.buffers is not None and not cfg.uses_rpc
+                    and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period)):
+                self._sync_buffers()
+            return
         gossip = isinstance(self.topology, RingTopology)
         ring = [(c, e) for c, e in due if gossip and e.kind == "sync"]
         full = [(c, e) for c, e in due if not (gossip and e.kind == "sync")]
@@ -138,16 +160,25 @@ class Synchronizer:
             self._sync_buffers()
 
     def finalize(self) -> None:
-        """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal."""
+        """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal.
+
+        EASGD and ASGD end with the server's model (the centre variable, the global model)
+        instead; ADPSGD first applies what is pending. Asynchronous runs close RPC here.
+        """
         if self.active and not self.finalized:
             with self.comm.accounting(self.oneoff_stats):
-                for comp in self.components:
-                    comp.gather()
-                    self.comm.allreduce_mean(comp.name, comp.flat)
-                    comp.scatter()
+                if self.engine is not None:
+                    self.engine.finalize()
+                else:
+                    self._average_all_components()
                 if self.buffers is not None:
                     self._sync_buffers()
         self.finalized = True
+
+    def close(self) -> None:
+        """After an error: leave an RPC session without waiting for the other workers."""
+        if self.engine is not None:
+            self.engine.close()
 
     def __enter__(self) -> "Synchronizer":
         return self
@@ -155,8 +186,20 @@ class Synchronizer:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.finalize()
+        else:
+            self.close()
+
+    def report(self) -> dict:
+        """Counters of the asynchronous algorithms (pushes, staleness, server view, requests served)."""
+        return self.engine.report() if self.engine is not None else {}
 
     # -- internals -----------------------------------------------------------------------
+    def _average_all_components(self) -> None:
+        for comp in self.components:
+            comp.gather()
+            self.comm.allreduce_mean(comp.name, comp.flat)
+            comp.scatter()
+
     def _all_components(self) -> list[Component]:
         return self.components + ([self.buffers] if self.buffers is not None else [])
 
@@ -218,7 +261,7 @@ class Synchronizer:
         out: dict[str, float] = {"sync/step": float(self.t)}
         if self.comm is None:
             return out
-        for name, c in self.comm.stats.per_component.items():
+        for name, c in self.comm.stats.snapshot().items():
             out[f"sync/bytes_sent/{name}"] = c.bytes_sent
             out[f"sync/bytes_recv/{name}"] = c.bytes_recv
             out[f"sync/seconds/{name}"] = c.seconds
@@ -235,6 +278,8 @@ class Synchronizer:
             out[f"sync/divergence/{name}"] = d
         if self.divergence:
             out["sync/divergence"] = sum(self.divergence.values()) / len(self.divergence)
+        if self.engine is not None:
+            out.update(self.engine.metrics())
         return out
 
     def bytes_per_step(self) -> float:
@@ -256,10 +301,16 @@ class Synchronizer:
             "comm": self.comm.stats.state_dict() if self.comm else {},
             "divergence": dict(self.divergence),
             "finalized": self.finalized,
+            "engine": self.engine.state_dict() if self.engine is not None else {},
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key."""
+        """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key.
+
+        Load the model's weights first. For the asynchronous algorithms in RPC mode this is a
+        collective (every rank calls it, as a resumed training run does): no worker may talk to
+        the server or to a passive partner before they are restored.
+        """
         for key, mine in (("algorithm", self.cfg.algorithm), ("seed", self.cfg.seed),
                           ("world_size", self.world_size), ("rank", self.rank),
                           ("components", {c.name: c.numel for c in self.components})):
@@ -280,6 +331,8 @@ class Synchronizer:
             self.comm.stats.load_state_dict(state.get("comm", {}))
         self.divergence = dict(state.get("divergence", {}))
         self.finalized = bool(state.get("finalized", False))
+        if self.engine is not None:
+            self.engine.load_state_dict(state.get("engine", {}))
 
 
 class SyncedOptimizer:

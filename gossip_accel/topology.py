@@ -7,7 +7,13 @@
   so every rank computes every node's choice without communicating, and therefore also
   knows to whom it must send. ``q == 2p`` selects all neighbours ("local" variants).
 * :class:`FullTopology` is the fully connected graph: the average over all n nodes
-  (classic MA / BMUF).
+  (classic MA / BMUF), and the star of a parameter server (EASGD, ASGD).
+* :class:`PairTopology` is ADPSGD's ring (Cui et al. 2021, 002/004): in every round each node
+  averages with exactly one ring neighbour. Even ranks are *active* (they initiate the
+  average), odd ranks *passive* (they answer), the bipartite split that keeps asynchronous
+  ADPSGD free of deadlocks. ``fixed``: actives alternate between their right and left
+  neighbour; ``random``: actives are matched with passives by a random permutation drawn
+  from (seed, round), like the gossip draws a pure function that every rank can compute.
 """
 from __future__ import annotations
 
@@ -95,10 +101,62 @@ class RingTopology:
         return Plan(recv_from=recv, send_to=tuple(tuple(sorted(s)) for s in send))
 
 
+class PairTopology:
+    """ADPSGD's pairing on a ring of n (even) nodes: one partner per node and round.
+
+    Round r (1-based sync count) pairs node k with ``partner(k, r)``; the pairs of a round
+    form a perfect matching between the actives (even ranks) and the passives (odd ranks),
+    so the mixing matrix W_r (1/2 on each pair) is symmetric and doubly stochastic.
+
+    * ``fixed``: round r pairs (r + 2m, r + 2m + 1) % n, m = 0..n/2-1: every node talks to its
+      right neighbour in one round and to its left neighbour in the next.
+    * ``random``: the passives are permuted by numpy's generator seeded with (seed, r) and
+      passive ``perm[m]`` is paired with active 2m.
+    """
+
+    is_full = False
+
+    def __init__(self, n: int, pattern: str = "fixed", seed: int = 0):
+        if n < 2 or n % 2:
+            raise TopologyError(
+                f"ADPSGD pairs every active (even rank) with a passive (odd rank) and needs an even "
+                f"number of workers n >= 2 (got n={n}); run an even number of processes"
+            )
+        if pattern not in ("fixed", "random"):
+            raise TopologyError(f"ADPSGD pattern {pattern!r}; choose fixed or random")
+        self.n, self.pattern, self.seed = n, pattern, seed
+
+    @staticmethod
+    def is_active(k: int) -> bool:
+        """Actives (even ranks) start every pairwise average; passives (odd ranks) answer."""
+        return k % 2 == 0
+
+    def pairs(self, round_: int) -> tuple[tuple[int, int], ...]:
+        """(active, passive) pairs of ``round_``, sorted by the active's rank."""
+        n = self.n
+        if self.pattern == "fixed":
+            raw = [((round_ + 2 * m) % n, (round_ + 2 * m + 1) % n) for m in range(n // 2)]
+            return tuple(sorted((a, b) if a % 2 == 0 else (b, a) for a, b in raw))
+        rng = np.random.default_rng([self.seed, round_])
+        passives = rng.permutation(np.arange(1, n, 2))
+        return tuple((2 * m, int(passives[m])) for m in range(n // 2))
+
+    def partner(self, k: int, round_: int) -> int:
+        for a, b in self.pairs(round_):
+            if k == a:
+                return b
+            if k == b:
+                return a
+        raise AssertionError("every node has a partner")  # pragma: no cover
+
+
 def make_topology(algorithm: str, n: int, p: int, q: int, seed: int):
-    """Topology for a configured algorithm: full graph for ma/bmuf, ring otherwise."""
-    if algorithm in ("ma", "bmuf"):
+    """Topology for a configured algorithm: full graph for ma/bmuf (and the star of the
+    server algorithms), ADPSGD's pairs for adpsgd_*, the p-symmetric ring otherwise."""
+    if algorithm in ("ma", "bmuf", "easgd", "easgd_async", "asgd"):
         return FullTopology(n)
+    if algorithm.startswith("adpsgd_"):
+        return PairTopology(n, "random" if algorithm == "adpsgd_random" else "fixed", seed)
     if algorithm.startswith("local_") and q != 2 * p:
         raise TopologyError(
             f"{algorithm} averages with all 2p={2 * p} ring neighbours, but q={q}; "

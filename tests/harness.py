@@ -6,9 +6,11 @@ once. The oracle is gossip_accel.simulate.SimulatedCluster with the same seeds a
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
-from typing import Sequence
+import time
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -36,7 +38,20 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "bmuf_slots_cpu_bcast_buffers": (["sync.algorithm=bmuf", "sync.slots_on_cpu=true",
                                       "sync.buffers=broadcast"], 17),
     "gossip_bmuf_local_buffers": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.buffers=local"], 16),
+    # issue 7: the deterministic modes of the other algorithms of 001 and of ADPSGD
+    "easgd": (["sync.algorithm=easgd", "sync.easgd_alpha=0.2"], 18),
+    "easgd_async_lockstep": (["sync.algorithm=easgd_async", "sync.lockstep=true", "sync.easgd_alpha=0.3"], 17),
+    "asgd_lockstep": (["sync.algorithm=asgd", "sync.lockstep=true", "sync.server_lr=0.25", "sync.server_rank=2"], 19),
+    "adpsgd_fixed_lockstep": (["sync.algorithm=adpsgd_fixed", "sync.lockstep=true", "sync.period=1",
+                               "sync.components.0.period=2"], 14),
+    "adpsgd_random_lockstep": (["sync.algorithm=adpsgd_random", "sync.lockstep=true", "sync.period=2",
+                                "sync.seed=5"], 16),
+    "adpsgd_delay_lockstep": (["sync.algorithm=adpsgd_delay", "sync.lockstep=true", "sync.period=1"], 15),
+    "ma_ngsgd": (["sync.algorithm=ma"], 16),  # Kaldi nnet3: NG-SGD + model averaging
+    "gossip_bmuf_ngsgd": (["sync.algorithm=gossip_bmuf", "sync.q=1"], 16),
 }
+# scenarios whose workers use another optimizer than make_optimizer's default
+OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd"}
 
 
 def initial_model(rank: int) -> torch.nn.Module:
@@ -44,7 +59,11 @@ def initial_model(rank: int) -> torch.nn.Module:
     return toy.ToyModel(seed=rank)
 
 
-def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, kind: str = "sgd") -> torch.optim.Optimizer:
+    if kind == "ngsgd":
+        from gossip_accel.optim import NGSGD
+
+        return NGSGD(model, lr=LR, momentum=0.5)
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.5)
 
 
@@ -52,10 +71,10 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def build(rank: int, overrides: Sequence[str], init_seed: int | None = None):
+def build(rank: int, overrides: Sequence[str], init_seed: int | None = None, optimizer: str = "sgd"):
     """A worker's model, optimizer and synchronizer."""
     model = initial_model(rank if init_seed is None else init_seed)
-    opt = make_optimizer(model)
+    opt = make_optimizer(model, optimizer)
     return model, opt, Synchronizer(model, BASE, overrides)
 
 
@@ -72,20 +91,21 @@ def finish(model, sync) -> dict:
     return {"before": before, "final": model_state(model), "metrics": sync.metrics()}
 
 
-def run_scenario(rank: int, overrides: Sequence[str], steps: int) -> dict:
-    model, opt, sync = build(rank, overrides)
+def run_scenario(rank: int, overrides: Sequence[str], steps: int, optimizer: str = "sgd") -> dict:
+    model, opt, sync = build(rank, overrides, optimizer=optimizer)
     train(rank, model, opt, sync, steps)
     return finish(model, sync)
 
 
-def run_resumed(rank: int, overrides: Sequence[str], steps: int, stop: int, ckpt_dir: str) -> dict:
+def run_resumed(rank: int, overrides: Sequence[str], steps: int, stop: int, ckpt_dir: str,
+                optimizer: str = "sgd") -> dict:
     """Train to ``stop``, save model/optimizer/synchronizer, rebuild everything, resume to ``steps``."""
-    model, opt, sync = build(rank, overrides)
+    model, opt, sync = build(rank, overrides, optimizer=optimizer)
     train(rank, model, opt, sync, stop)
     path = os.path.join(ckpt_dir, f"rank{rank}.pt")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "sync": sync.state_dict()}, path)
     del model, opt, sync
-    model, opt, sync = build(rank, overrides, init_seed=rank + 100)  # different weights before loading
+    model, opt, sync = build(rank, overrides, init_seed=rank + 100, optimizer=optimizer)  # other weights first
     state = torch.load(path, weights_only=True)
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
@@ -129,28 +149,49 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    results = {name: run_scenario(rank, ov, steps) for name, (ov, steps) in SCENARIOS.items()}
-    ov, steps = SCENARIOS["gossip_bmuf"]
-    results["resumed_gossip_bmuf"] = run_resumed(rank, ov, steps, stop=13, ckpt_dir=outdir)
-    ov, steps = SCENARIOS["bmuf_nbm"]
-    results["resumed_bmuf_nbm"] = run_resumed(rank, ov, steps, stop=7, ckpt_dir=outdir)
+    results = {name: run_scenario(rank, ov, steps, OPTIMIZER.get(name, "sgd")) for name, (ov, steps) in SCENARIOS.items()}
+    for name, stop in RESUMED.items():
+        ov, steps = SCENARIOS[name]
+        results[f"resumed_{name}"] = run_resumed(rank, ov, steps, stop=stop, ckpt_dir=outdir,
+                                                 optimizer=OPTIMIZER.get(name, "sgd"))
     results["ddp_gradients"] = ddp_gradients(rank)
     results["plans"] = plans_seen(rank)
     torch.save(results, os.path.join(outdir, f"results{rank}.pt"))
     shutdown()
 
 
+# scenario -> step at which it is checkpointed and resumed (run_resumed)
+RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
+           "ma_ngsgd": 11}
+
+
+def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:
+    """mp.spawn that cannot hang a test: after ``timeout`` seconds the workers are killed and it raises."""
+    ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"workers still running after {timeout:.0f} s (a hang or deadlock)")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
 def spawn_all(outdir: str, world: int = WORLD) -> list[dict]:
     init_file = tempfile.mktemp(prefix="gloo_init_", dir=outdir)
-    mp.spawn(_worker, args=(world, init_file, outdir), nprocs=world, join=True)
+    spawn_with_timeout(_worker, (world, init_file, outdir), world, timeout=900)
     return [torch.load(os.path.join(outdir, f"results{r}.pt"), weights_only=False) for r in range(world)]
 
 
-def simulate_scenario(overrides: Sequence[str], steps: int, world: int = WORLD, accum: int = 1):
+def simulate_scenario(overrides: Sequence[str], steps: int, world: int = WORLD, accum: int = 1,
+                      optimizer: str = "sgd"):
     """The oracle for run_scenario: returns (states before final average, state after)."""
     models = [initial_model(k) for k in range(world)]
     cluster = SimulatedCluster(models, BASE, overrides)
-    opts = [make_optimizer(m) for m in models]
+    opts = [make_optimizer(m, optimizer) for m in models]
     for t in range(1, steps + 1):
         for k in range(world):
             toy.train_step(models[k], opts[k], DATA_SEED, k, t, accum=accum)
@@ -158,3 +199,134 @@ def simulate_scenario(overrides: Sequence[str], steps: int, world: int = WORLD, 
     before = [model_state(m) for m in models]
     cluster.finalize()
     return before, [model_state(m) for m in models]
+
+
+# -- the asynchronous algorithms over RPC: invariants, convergence, stragglers -------------------
+CONST = 1.0 / 1024  # a constant "local step": every parameter += (rank + 1) * CONST
+
+# name -> overrides, steps, update ("const" | "train"), per-rank sleep per step (s), held straggler rank
+ASYNC_SCENARIOS: dict[str, dict] = {
+    "asgd_const": dict(overrides=["sync.algorithm=asgd", "sync.period=2", "sync.components.0.period=3"],
+                       steps=13, update="const", sleep={2: 0.004}),
+    "asgd_ssp": dict(overrides=["sync.algorithm=asgd", "sync.period=1", "sync.components.0.period=1",
+                                "sync.max_staleness=1"], steps=16, update="const", sleep={3: 0.01}),
+    "easgd_async_const": dict(overrides=["sync.algorithm=easgd_async", "sync.easgd_alpha=0.25", "sync.period=2"],
+                              steps=12, update="const", sleep={1: 0.005}),
+    "adpsgd_fixed_const": dict(overrides=["sync.algorithm=adpsgd_fixed", "sync.period=1"], steps=12,
+                               update="const", sleep={0: 0.005}),
+    "adpsgd_random_const": dict(overrides=["sync.algorithm=adpsgd_random", "sync.period=1", "sync.seed=3"],
+                                steps=12, update="const", sleep={3: 0.005}),
+    "adpsgd_delay_const": dict(overrides=["sync.algorithm=adpsgd_delay", "sync.period=1",
+                                          "sync.components.0.period=2"], steps=13, update="const", sleep={1: 0.005}),
+    "asgd_train": dict(overrides=["sync.algorithm=asgd", "sync.period=1", "sync.components.0.period=1"],
+                       steps=64, update="train", sleep={1: 0.002}),
+    "easgd_async_train": dict(overrides=["sync.algorithm=easgd_async", "sync.period=2"], steps=96, update="train",
+                              sleep={2: 0.002}),
+    "adpsgd_fixed_train": dict(overrides=["sync.algorithm=adpsgd_fixed", "sync.period=1"], steps=64,
+                               update="train", sleep={3: 0.002}),
+    "adpsgd_random_train": dict(overrides=["sync.algorithm=adpsgd_random", "sync.period=1"], steps=64,
+                                update="train", sleep={0: 0.002}),
+    "adpsgd_delay_train": dict(overrides=["sync.algorithm=adpsgd_delay", "sync.period=1"], steps=64,
+                               update="train", sleep={1: 0.002}),
+    # a straggler held before its first step until every other worker has finished training
+    "hold_adpsgd_fixed": dict(overrides=["sync.algorithm=adpsgd_fixed", "sync.period=1"], steps=10,
+                              update="const", hold=1),
+    "hold_adpsgd_random": dict(overrides=["sync.algorithm=adpsgd_random", "sync.period=1"], steps=10,
+                               update="const", hold=2),
+    "hold_adpsgd_delay": dict(overrides=["sync.algorithm=adpsgd_delay", "sync.period=1"], steps=10,
+                              update="const", hold=3),
+    "hold_asgd": dict(overrides=["sync.algorithm=asgd", "sync.period=1"], steps=10, update="const", hold=0),
+    "hold_easgd_async": dict(overrides=["sync.algorithm=easgd_async", "sync.period=1"], steps=10,
+                             update="const", hold=0),
+    # checkpoint at step `resume_at` (a consistent cut), end RPC, rebuild everything, load, continue
+    "resume_asgd_const": dict(overrides=["sync.algorithm=asgd", "sync.period=1", "sync.max_staleness=3"], steps=12,
+                              update="const", sleep={1: 0.003}, resume_at=5),
+    "resume_adpsgd_delay_const": dict(overrides=["sync.algorithm=adpsgd_delay", "sync.period=1"], steps=12,
+                                      update="const", sleep={2: 0.003}, resume_at=7),
+    # with max_staleness = 2 the others must stop 3 pushes ahead of the held worker
+    "hold_asgd_ssp": dict(overrides=["sync.algorithm=asgd", "sync.period=1", "sync.max_staleness=2"], steps=8,
+                          update="const", hold=3, ssp_probe=True),
+}
+ASYNC_ADAM_LR = 1e-2
+HOLD_TIMEOUT = 240.0  # seconds a held straggler waits for the others before it fails the run
+
+
+def const_step(model: torch.nn.Module, rank: int) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_((rank + 1) * CONST)
+
+
+def _wait_for(pred: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + HOLD_TIMEOUT
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def run_async_scenario(rank: int, name: str, spec: dict, outdir: str) -> dict:
+    from gossip_accel.param_server import server_report
+
+    model = initial_model(rank)
+    opt = torch.optim.Adam(model.parameters(), lr=ASYNC_ADAM_LR)
+    sync = Synchronizer(model, BASE, spec["overrides"])
+    initial = model_state(model)  # theta_0 (rank 0's weights, broadcast)
+    marks = os.path.join(outdir, f"{name}_done")
+    hold = spec.get("hold")
+    probe = None
+    if rank == hold:
+        world = sync.world_size
+        _wait_for(lambda: all(os.path.exists(f"{marks}{r}") for r in range(world) if r != hold)
+                  if not spec.get("ssp_probe") else server_report(sync)["waiting"] == world - 1,
+                  "the other workers to finish (or to block at the staleness bound)")
+        probe = server_report(sync) if spec.get("ssp_probe") else {
+            "others_done_before_start": [r for r in range(world) if r != hold and os.path.exists(f"{marks}{r}")]}
+    sleep = spec.get("sleep", {}).get(rank, 0.0)
+    for t in range(1, spec["steps"] + 1):
+        if spec["update"] == "const":
+            const_step(model, rank)
+        else:
+            toy.train_step(model, opt, DATA_SEED, rank, t)
+        if sleep:
+            time.sleep(sleep)
+        sync.step()
+        if t == spec.get("resume_at"):  # what a restarted training run does
+            saved_model, saved_sync = model_state(model), sync.state_dict()
+            sync.engine.session.shutdown(graceful=True)
+            model = initial_model(rank + 100)
+            sync = Synchronizer(model, BASE, spec["overrides"])
+            model.load_state_dict(saved_model)
+            sync.load_state_dict(saved_sync)
+    if hold is not None and rank != hold:
+        open(f"{marks}{rank}", "w").close()
+    before = model_state(model)
+    report = sync.report()
+    sync.finalize()
+    out = {"initial": initial, "before": before, "final": model_state(model), "report": report,
+           "report_final": sync.report(), "metrics": sync.metrics(), "probe": probe, "steps": spec["steps"]}
+    if spec["update"] == "train":
+        out["heldout"] = toy.heldout_loss(model)
+        out["heldout_initial"] = toy.heldout_loss(initial_model(0))
+    return out
+
+
+def _async_worker(rank: int, world: int, init_file: str, outdir: str, names: Sequence[str]) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    results = {}
+    for name in names:
+        results[name] = run_async_scenario(rank, name, ASYNC_SCENARIOS[name], outdir)
+        dist.barrier()
+    torch.save(results, os.path.join(outdir, f"async{rank}.pt"))
+    shutdown()
+
+
+@functools.lru_cache(maxsize=None)
+def async_results(names: tuple[str, ...] = tuple(ASYNC_SCENARIOS), world: int = WORLD) -> list[dict]:
+    """Run the asynchronous scenarios once per test session (shared by test_asgd/easgd/adpsgd/stragglers)."""
+    outdir = tempfile.mkdtemp(prefix="gossip_async_")
+    init_file = os.path.join(outdir, "gloo_init")
+    spawn_with_timeout(_async_worker, (world, init_file, outdir, list(names)), world, timeout=900)
+    return [torch.load(os.path.join(outdir, f"async{r}.pt"), weights_only=False) for r in range(world)]

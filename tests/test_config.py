@@ -234,3 +234,43 @@ def test_negative_seed_is_an_error():
     # instead of failing with numpy's "expected non-negative integer" at the first gossip round
     msg = err(overrides=["sync.algorithm=gossip_bmuf", "sync.seed=-1"])
     assert "sync.seed" in msg
+
+
+# -- issue 7: EASGD, ASGD, ADPSGD ---------------------------------------------------------------------
+def test_new_algorithms_graph_and_mode():
+    expect = {"easgd": ("server", False), "easgd_async": ("server", True), "asgd": ("server", True),
+              "adpsgd_fixed": ("ring", True), "adpsgd_random": ("ring", True), "adpsgd_delay": ("ring", True)}
+    for algo, (graph, is_async) in expect.items():
+        cfg = load_sync_config(None, [f"sync.algorithm={algo}"])
+        assert (cfg.graph, cfg.is_async, cfg.uses_bmuf) == (graph, is_async, False)
+        assert cfg.uses_rpc == is_async
+        assert not load_sync_config(None, [f"sync.algorithm={algo}", "sync.lockstep=true"]).uses_rpc
+
+
+def test_new_keys_defaults():
+    cfg = load_sync_config(None)
+    assert cfg.server_rank == 0 and cfg.server_lr == 1.0 and cfg.max_staleness is None
+    assert cfg.lockstep is False and cfg.rpc_timeout > 0 and cfg.rpc_init_method is None
+    assert cfg.easgd_alpha is None and cfg.easgd_lambda is None and cfg.easgd_eta is None
+
+
+@pytest.mark.parametrize("override, key", [
+    ("sync.server_rank=-1", "sync.server_rank"), ("sync.server_lr=-0.5", "sync.server_lr"),
+    ("sync.max_staleness=-2", "sync.max_staleness"), ("sync.rpc_timeout=0", "sync.rpc_timeout"),
+])
+def test_new_keys_validation(override, key):
+    assert key in err(overrides=["sync.algorithm=asgd", override])
+
+
+@pytest.mark.parametrize("algo", ["easgd", "easgd_async", "asgd", "adpsgd_fixed", "adpsgd_random", "adpsgd_delay"])
+def test_warmup_is_refused_for_the_new_algorithms(algo):
+    assert "sync.warmup_steps" in err(overrides=[f"sync.algorithm={algo}", "sync.warmup_steps=3"])
+
+
+def test_validate_for_world():
+    from gossip_accel.config import validate_for_world
+
+    validate_for_world(load_sync_config(None, ["sync.algorithm=asgd", "sync.server_rank=3"]), 4)
+    with pytest.raises(ConfigError, match="sync.server_rank"):
+        validate_for_world(load_sync_config(None, ["sync.algorithm=asgd", "sync.server_rank=3"]), 2)
+    validate_for_world(load_sync_config(None, ["sync.algorithm=ma", "sync.server_rank=9"]), 2)  # unused there

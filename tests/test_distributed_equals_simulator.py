@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import SCENARIOS, WORLD, simulate_scenario, spawn_all
+from harness import OPTIMIZER, RESUMED, SCENARIOS, WORLD, simulate_scenario, spawn_all
 
 ATOL = 1e-5
 
@@ -26,7 +26,7 @@ def assert_states_close(a: dict, b: dict, what: str) -> None:
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_each_algorithm_matches_simulator(results, name):
     overrides, steps = SCENARIOS[name]
-    sim_before, sim_final = simulate_scenario(overrides, steps)
+    sim_before, sim_final = simulate_scenario(overrides, steps, optimizer=OPTIMIZER.get(name, "sgd"))
     for rank in range(WORLD):
         got = results[rank][name]
         assert_states_close(got["before"], sim_before[rank], f"{name} rank {rank} before final average")
@@ -39,7 +39,9 @@ def test_each_algorithm_matches_simulator(results, name):
             torch.testing.assert_close(v, results[0][name]["final"][k], atol=ATOL, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["gossip_bmuf", "local_bmuf", "gossip_ma"])
+@pytest.mark.parametrize("name", ["gossip_bmuf", "local_bmuf", "gossip_ma", "easgd", "easgd_async_lockstep",
+                                  "asgd_lockstep", "adpsgd_fixed_lockstep", "adpsgd_random_lockstep",
+                                  "adpsgd_delay_lockstep", "gossip_bmuf_ngsgd"])
 def test_gossip_replicas_really_differ_before_final_average(results, name):
     w = [results[r][name]["before"]["hidden.weight"] for r in range(WORLD)]
     assert any((w[0] - w[r]).abs().max() > 1e-4 for r in range(1, WORLD))
@@ -58,7 +60,7 @@ def test_bytes_counted(results):
 
 def test_resume_from_checkpoint_equals_uninterrupted(results):
     for rank in range(WORLD):
-        for name in ("gossip_bmuf", "bmuf_nbm"):
+        for name in RESUMED:
             assert_states_close(results[rank][f"resumed_{name}"]["before"], results[rank][name]["before"],
                                 f"resumed {name} rank {rank}")
             assert_states_close(results[rank][f"resumed_{name}"]["final"], results[rank][name]["final"],

@@ -331,10 +331,13 @@ def test_short_training_lowers_heldout_loss(algo):
     # Adam keeps the 64 local steps short; for the BMUF variants C = 2 in zeta*n*(1-eta) = C
     # gives eta = 0.5 on 4 workers (with the default C = 1, eta = 0.75 amplifies Adam's
     # fixed-size steps 4x and this tiny task diverges within 64 steps)
+    # ASGD's server adds every worker's update (eq. 2 of 001): 4 workers x 4 Adam steps per round
+    # diverge here (as ASGD does with long periods, Table 4 of 001); server_lr = 1/n averages them
     initial = toy.heldout_loss(toy.ToyModel())
+    extra = ["sync.server_lr=0.25"] if algo == "asgd" else []
     cluster = simulate(toy.ToyModel, lambda m: torch.optim.Adam(m.parameters(), lr=1e-2),
                        lambda m, o, k, t: toy.train_step(m, o, 0, k, t), 4, 64, TOY_CFG,
-                       [f"sync.algorithm={algo}", "sync.momentum_rule_c=2.0"])
+                       [f"sync.algorithm={algo}", "sync.momentum_rule_c=2.0", *extra])
     if cluster.cfg.uses_bmuf:
         assert cluster.block_momentum == pytest.approx(0.5)
     final = toy.heldout_loss(cluster.models[0])

@@ -35,3 +35,17 @@ def test_bad_component_rule_names_parameter():
     model = toy.ToyModel(seed=0)
     with pytest.raises(ConfigError, match="hidden.weight"):
         Synchronizer(model, {"components": [{"name": "a", "pattern": "weight"}, {"name": "b", "pattern": "hidden"}]})
+
+
+def test_make_optimizer_by_name():
+    """train.optimizer of both trainers: the torch optimizers, Kaldi's NG-SGD, and a clear error."""
+    from gossip_accel.optim import NGSGD
+    from gossip_accel.trainer import OPTIMIZERS, make_optimizer
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    for name in OPTIMIZERS:
+        opt = make_optimizer(name, model, 0.1, weight_decay=0.01)
+        assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["weight_decay"] == 0.01
+    assert isinstance(make_optimizer("ngsgd", model, 0.1), NGSGD)
+    with pytest.raises(ConfigError, match="train.optimizer='lbfgs'"):
+        make_optimizer("lbfgs", model, 0.1)

@@ -61,7 +61,7 @@ class ASRTrainConf:
     max_epochs: int = 20
     min_epochs: int = 1
     keep_lr_epochs: int = 0
-    optimizer: str = "adam"
+    optimizer: str = "adam"            # adam | adamw | sgd | adagrad | ngsgd (Kaldi NG-SGD)
     lr: float = 1e-3
     weight_decay: float = 0.0
     clip_norm: float = 5.0
@@ -171,7 +171,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from tqdm import tqdm
 
     from ..config import load_sync_config
-    from ..trainer import DistributedRun
+    from ..trainer import DistributedRun, make_optimizer
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     from ..data.units import Tokenizer
@@ -183,10 +183,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     torch.manual_seed(conf.train.seed)
     model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
     n_params = sum(p.numel() for p in model.parameters())
-    table = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}
-    if conf.train.optimizer not in table:
-        raise ValueError(f"train.optimizer={conf.train.optimizer!r}; choose one of {sorted(table)}")
-    opt = table[conf.train.optimizer](model.parameters(), lr=conf.train.lr, weight_decay=conf.train.weight_decay)
+    opt = make_optimizer(conf.train.optimizer, model, conf.train.lr, conf.train.weight_decay)
     run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), conf.train.cpu, None, conf.train.checkpoint)
     if run.is_main:
         OmegaConf.save(conf, run.exp / "config.yaml")

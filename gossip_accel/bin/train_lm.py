@@ -28,6 +28,7 @@ from .. import shutdown
 from ..config import ConfigError
 from ..data.lm import Vocabulary, batchify, bptt_windows, num_windows, read_lines, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
+from ..trainer import make_optimizer  # noqa: F401  (also the name bench/cluster imports from here)
 
 
 @dataclass
@@ -83,13 +84,6 @@ def load_conf(paths: list[str], overrides: list[str]) -> LMConf:
     return load_structured(LMConf, paths, overrides)
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    table = {"adagrad": torch.optim.Adagrad, "sgd": torch.optim.SGD, "adam": torch.optim.Adam}
-    if name not in table:
-        raise ConfigError(f"train.optimizer={name!r}; choose one of {sorted(table)}")
-    return table[name](params, lr=lr)
-
-
 def build_model(conf: LMConf, vocab: Vocabulary) -> LSTMPLanguageModel:
     """The LSTMP LM of ``conf.model`` for ``vocab`` (adaptive-softmax cutoffs by frequency)."""
     m = conf.model
@@ -133,7 +127,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     model = build_model(conf, vocab)
     cutoffs = model.softmax.cutoffs[:-1]
     n_params = sum(p.numel() for p in model.parameters())
-    opt = make_optimizer(conf.train.optimizer, model.parameters(), conf.train.lr)
+    opt = make_optimizer(conf.train.optimizer, model, conf.train.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, conf.train.lr_decay)
     run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), conf.train.cpu, sched, conf.train.checkpoint)
     if run.is_main:

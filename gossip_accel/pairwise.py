@@ -1,0 +1,292 @@
+"""ADPSGD (Cui et al. 2021, 002/004): every sync, each worker averages with one ring neighbour.
+
+The pairs of a round come from :class:`~gossip_accel.topology.PairTopology` (``fixed``:
+alternate right/left neighbour; ``random``: a seeded random matching of actives and
+passives). Round r is the worker's r-th synchronization step. Two ways to run:
+
+* asynchronous (default): an *active* worker (even rank) sends its model to its partner with
+  one RPC and averages with the reply; the *passive* partner (odd rank) answers from its RPC
+  threads, without involving its training thread, with the model it published at its last
+  sync, and adds its half of the average, (x_active - x_published)/2, to its live model at
+  its next sync (:func:`~gossip_accel.algorithms.adpsgd.passive_absorb`). Nobody waits for a
+  slow worker: an active only waits for the round trip, the passive never waits. This is the
+  straggler resilience of ADPSGD. ``adpsgd_delay`` sends the request without waiting for the
+  reply and applies it at the next sync (delay-by-one: the exchange overlaps the next local
+  step).
+* ``sync.lockstep: true``: the two partners exchange with point-to-point send/recv and both
+  apply the exact pairwise average (delay-by-one: the exchange of round r is posted at round
+  r and completed and applied at round r + 1). Deterministic; the multi-process tests compare
+  it with the simulator.
+
+At the end every worker applies what is still pending, RPC shuts down (waiting for every
+outstanding call), and all replicas are averaged (as Algorithm 1, line 20).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Optional
+
+import torch
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+
+from .algorithms import delayed_average, pair_average, passive_absorb
+from .comm import CommStats, Exchange, PendingExchange
+from .param_server import _REGISTRY, RpcSession, relative_distance, rpc_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .components import Component
+    from .sync import Synchronizer
+
+
+def _rpc_average(key: str, comp_ids: list[int], xs: list[torch.Tensor], sender: int, round_: int):
+    return _REGISTRY[key].average(comp_ids, xs, sender, round_)
+
+
+class PassiveService:
+    """The passive side of asynchronous ADPSGD on one worker (thread-safe).
+
+    ``published``: the model as of this worker's last sync (CPU copies); ``pending``: the
+    corrections received since, added to the live model at the next sync.
+    """
+
+    def __init__(self, comps: list["Component"], stats: Optional[CommStats]):
+        self.lock = threading.Lock()
+        self.published = {c.index: c.gather().detach().to("cpu", dtype=torch.float32, copy=True) for c in comps}
+        self.pending = {i: torch.zeros_like(t) for i, t in self.published.items()}
+        self.names = {c.index: c.name for c in comps}
+        self.dirty: set[int] = set()
+        self.served: dict[int, int] = defaultdict(int)
+        self.step = 0
+        self.stats = stats
+
+    def average(self, comp_ids: list[int], xs: list[torch.Tensor], sender: int, round_: int):
+        with self.lock:
+            replies = [passive_absorb(self.published[i], self.pending[i], x) for i, x in zip(comp_ids, xs)]
+            self.dirty.update(comp_ids)
+            self.served[sender] += 1
+            step = self.step
+        if self.stats is not None:
+            for i, x in zip(comp_ids, xs):
+                self.stats.add(self.names[i], x.numel() * x.element_size(), x.numel() * x.element_size(), 0.0)
+        return replies, {"step": step}
+
+    def absorb(self, comps: list["Component"], step: int) -> None:
+        """At a sync of the training thread: live model += pending, then publish it."""
+        with self.lock:
+            for c in comps:
+                x = c.gather()
+                if c.index in self.dirty:
+                    x.add_(self.pending[c.index].to(x.device))
+                    c.scatter(x)
+                    self.pending[c.index].zero_()
+                self.published[c.index].copy_(x)
+            self.dirty.clear()
+            self.step = step
+
+
+class PairwiseEngine:
+    """ADPSGD for one worker of a :class:`~gossip_accel.sync.Synchronizer`."""
+
+    def __init__(self, sync: "Synchronizer", process_group: Optional[dist.ProcessGroup] = None):
+        cfg = sync.cfg
+        self.sync, self.cfg, self.comm, self.topology = sync, cfg, sync.comm, sync.topology
+        self.group = process_group
+        self.rank, self.n = sync.rank, sync.world_size
+        self.delay = cfg.algorithm == "adpsgd_delay"
+        self.mode = "rpc" if cfg.uses_rpc else "lockstep"
+        self.round = 0
+        comps = sync.components
+        self.recv = {c.index: torch.empty_like(c.flat) for c in comps} if self.mode == "lockstep" else {}
+        self.sent = {c.index: torch.empty_like(c.flat) for c in comps} if self.delay and self.mode == "lockstep" else {}
+        self.pending = None  # the exchange of the previous round (delay-by-one)
+        self.active = self.topology.is_active(self.rank)
+        self.requests = 0
+        self.lag_total = 0
+        self.lag_max = 0
+        self.service: Optional[PassiveService] = None
+        self.session: Optional[RpcSession] = None
+        if self.mode == "rpc":
+            if not self.active:
+                self.service = PassiveService(comps, sync.comm.stats)
+            self.session = RpcSession(process_group, self.rank, self.n, cfg.rpc_timeout, cfg.rpc_init_method,
+                                      self.service)
+
+    # -- one sync ------------------------------------------------------------------------
+    def step(self, due: list) -> None:
+        self.round += 1
+        comps = [c for c, _ in due]
+        if self.mode == "lockstep":
+            self._lockstep(comps)
+        elif self.active:
+            self._active(comps)
+        else:
+            self.service.absorb(self.sync.components, self.sync.t)
+
+    def _divergence(self, c: "Component", x: torch.Tensor, other: torch.Tensor) -> None:
+        if self.cfg.track_divergence:
+            self.sync.divergence[c.name] = relative_distance(x, (x + other) * 0.5)
+
+    def _lockstep(self, comps: list["Component"]) -> None:
+        if self.delay:
+            self._resolve_lockstep()
+        j = self.topology.partner(self.rank, self.round)
+        if not self.delay:
+            items = [Exchange(c.name, c.index, c.gather(), [j], [j], [self.recv[c.index]]) for c in comps]
+            self.comm.exchange(items)
+            for c in comps:
+                self._divergence(c, c.flat, self.recv[c.index])
+                c.scatter(pair_average(c.flat, self.recv[c.index]))
+            return
+        items = [Exchange(c.name, c.index, self.sent[c.index].copy_(c.gather()), [j], [j], [self.recv[c.index]])
+                 for c in comps]
+        self.pending = (self.comm.exchange_start(items), comps)
+
+    def _resolve_lockstep(self) -> None:
+        if self.pending is None:
+            return
+        handle, comps = self.pending
+        self.comm.exchange_finish(handle)
+        for c in comps:
+            x = c.gather()
+            self._divergence(c, self.sent[c.index], self.recv[c.index])
+            c.scatter(delayed_average(x, self.sent[c.index], self.recv[c.index]))
+        self.pending = None
+
+    def _active(self, comps: list["Component"]) -> None:
+        if self.delay:
+            self._resolve_rpc()
+        j = self.topology.partner(self.rank, self.round)
+        ids = [c.index for c in comps]
+        xs = [c.gather().detach().to("cpu", copy=True) for c in comps]
+        args = (self.session.key, ids, xs, self.rank, self.round)
+        start = time.perf_counter()
+        self.requests += 1
+        self._account_bytes(comps, xs)  # counted when sent: a reply collected by finalize is per-step traffic
+        if self.delay:
+            fut = rpc.rpc_async(rpc_name(j), _rpc_average, args=args, timeout=self.cfg.rpc_timeout)
+            self.pending = (fut, comps, xs, self.comm.stats)
+            return
+        replies, info = rpc.rpc_sync(rpc_name(j), _rpc_average, args=args, timeout=self.cfg.rpc_timeout)
+        self._account_wait(comps, xs, time.perf_counter() - start, info, self.comm.stats)
+        for c, r in zip(comps, replies):
+            x = c.gather()
+            r = r.to(x.device)
+            self._divergence(c, x, r)
+            c.scatter(pair_average(x, r))
+
+    def _resolve_rpc(self) -> None:
+        if self.pending is None:
+            return
+        fut, comps, xs, stats = self.pending
+        wait = time.perf_counter()
+        replies, info = fut.wait()
+        self._account_wait(comps, xs, time.perf_counter() - wait, info, stats)
+        for c, sent, r in zip(comps, xs, replies):
+            x = c.gather()
+            self._divergence(c, sent, r)
+            c.scatter(delayed_average(x, sent.to(x.device), r.to(x.device)))
+        self.pending = None
+
+    def _account_bytes(self, comps, xs) -> None:
+        for c, x in zip(comps, xs):
+            nbytes = x.numel() * x.element_size()
+            self.comm.stats.add(c.name, nbytes, nbytes, 0.0)
+
+    def _account_wait(self, comps, xs, seconds: float, info: dict, stats: CommStats) -> None:
+        total = sum(x.numel() for x in xs) or 1
+        for c, x in zip(comps, xs):
+            stats.add(c.name, 0, 0, seconds * x.numel() / total, call=False)
+        lag = abs(self.sync.t - int(info.get("step", 0)))
+        self.lag_total += lag
+        self.lag_max = max(self.lag_max, lag)
+
+    # -- the end -------------------------------------------------------------------------
+    def finalize(self) -> None:
+        """Apply what is pending, stop RPC (waits for all outstanding calls), average all replicas."""
+        if self.mode == "lockstep":
+            self._resolve_lockstep()
+        else:
+            if self.active:
+                self._resolve_rpc()
+            self.session.shutdown(graceful=True)
+            if self.service is not None:
+                self.service.absorb(self.sync.components, self.sync.t)
+        self.sync._average_all_components()
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.shutdown(graceful=False)
+
+    # -- metrics and state ---------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        out = {"sync/adpsgd/round": float(self.round)}
+        if self.mode == "rpc" and self.active:
+            out["sync/adpsgd/requests"] = float(self.requests)
+            if self.requests:
+                out["sync/adpsgd/partner_step_lag_mean"] = self.lag_total / self.requests
+                out["sync/adpsgd/partner_step_lag_max"] = float(self.lag_max)
+        if self.service is not None:
+            with self.service.lock:
+                out["sync/adpsgd/served"] = float(sum(self.service.served.values()))
+        return out
+
+    def report(self) -> dict:
+        served = None
+        if self.service is not None:
+            with self.service.lock:
+                served = dict(self.service.served)
+        return {"round": self.round, "active": self.active, "requests": self.requests, "served": served,
+                "lag_max": self.lag_max}
+
+    def state_dict(self) -> dict:
+        """Delay-by-one: the exchange in flight is completed (not applied) and saved with the sent model.
+
+        In RPC mode this is a collective (a consistent cut): the actives collect their replies,
+        then all ranks meet, then the passives save their pending corrections.
+        """
+        state: dict = {"round": self.round, "requests": self.requests}
+        if self.mode == "lockstep" and self.pending is not None:
+            handle, comps = self.pending
+            self.comm.exchange_finish(handle)  # idempotent: the resolve later does not wait again
+            state["pending"] = {c.index: {"sent": self.sent[c.index].cpu().clone(),
+                                          "recv": self.recv[c.index].cpu().clone()} for c in comps}
+        if self.mode == "rpc":
+            if self.pending is not None:
+                fut, comps, xs, stats = self.pending
+                replies, _ = fut.wait()
+                state["pending"] = {c.index: {"sent": x.clone(), "recv": r.clone()}
+                                    for c, x, r in zip(comps, xs, replies)}
+            dist.barrier(group=self.group)
+        if self.service is not None:
+            with self.service.lock:
+                state["pending_corrections"] = {i: t.clone() for i, t in self.service.pending.items()}
+        if self.mode == "rpc":  # no request of the next round before every passive is saved
+            dist.barrier(group=self.group)
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.round = int(state.get("round", 0))
+        self.requests = int(state.get("requests", 0))
+        pending = {int(i): v for i, v in (state.get("pending") or {}).items()}
+        comps = [c for c in self.sync.components if c.index in pending]
+        if pending and self.mode == "lockstep":
+            for c in comps:
+                self.sent[c.index].copy_(pending[c.index]["sent"])
+                self.recv[c.index].copy_(pending[c.index]["recv"])
+            self.pending = (PendingExchange([], [], done=True), comps)
+        elif pending:  # RPC: a future that is already resolved
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(([pending[c.index]["recv"] for c in comps], {"step": self.sync.t}))
+            self.pending = (fut, comps, [pending[c.index]["sent"] for c in comps], self.comm.stats)
+        if self.service is not None:
+            with self.service.lock:
+                for i, t in state.get("pending_corrections", {}).items():
+                    self.service.pending[int(i)].zero_().add_(t)
+                    self.service.dirty.add(int(i))
+                for c in self.sync.components:  # publish the restored model, not the one at construction
+                    self.service.published[c.index].copy_(c.gather())
+        if self.mode == "rpc":  # no request before every passive has published: collective here
+            dist.barrier(group=self.group)
