@@ -1,0 +1,156 @@
+"""The emulated-cluster harness of bench/cluster: it builds and removes its namespaces (also on
+errors and Ctrl-C), and a tiny run writes well-formed JSON.
+
+Benchmarks are not tests: nothing here asserts on time or speed, only on structure and on
+byte counts (which are deterministic). Needs root, iproute2 and network namespaces; skips
+with the reason otherwise.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cluster import netns, probe
+from bench.cluster.links import LinkSpecError, parse_link, tbf_args
+from bench.cluster.shaping import Shaper
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = [sys.executable, str(ROOT / "bench" / "cluster_bench.py")]
+SETTINGS = ["no-comm", "ddp", "ma-(8)", "gossip_bmuf-(8)", "gossip_bmuf-(16,128)"]
+
+
+@pytest.fixture(scope="module")
+def netns_ok():
+    missing = netns.missing_requirements(need_tun=True)
+    if missing:
+        pytest.skip("emulated cluster needs: " + "; ".join(missing))
+    why = netns.netns_works()
+    if why:
+        pytest.skip(f"network namespaces do not work here: {why}")
+
+
+def ours(tag: str) -> list[str]:
+    return [ns for ns in netns.namespaces() if ns.startswith(tag + "-")]
+
+
+def test_link_specs():
+    rack = parse_link("rack")
+    assert (rack.rate_bps, rack.delay_s, rack.name) == (10e9, 1e-4, "rack")
+    assert parse_link("100mbit/20ms").rtt_s == pytest.approx(0.04)
+    assert parse_link("unlimited/0").rate_bps is None
+    assert parse_link("1gbit/1ms").spec == "1gbit/1ms"
+    for bad in ("1gbit", "fast/1ms", "1gbit/soon"):
+        with pytest.raises(LinkSpecError):
+            parse_link(bad)
+    args = tbf_args(1e9, 65000)
+    assert args[:3] == ["tbf", "rate", "1000000000bit"] and int(args[4]) > 65000  # burst holds a full frame
+
+
+def test_cluster_builds_shapes_and_removes_namespaces(netns_ok):
+    cluster = netns.Cluster(3, log=lambda s: None)
+    with pytest.raises(RuntimeError, match="boom"):
+        with cluster:
+            assert sorted(ours(cluster.tag)) == sorted([cluster.hub, *cluster.names])
+            shaper = Shaper(cluster, "auto", root=str(ROOT))
+            info = shaper.apply(parse_link("1gbit/1ms"))
+            assert info["delay_mode"] in ("netem", "tun")
+            qdiscs = netns.run(["tc", "-n", cluster.names[0], "qdisc", "show", "dev", cluster.veth(0)]).stdout
+            assert "tbf" in qdiscs or "netem" in qdiscs
+            m = probe.measure(cluster, 0.002, seconds=0.3, env=netns.python_env(ROOT))
+            for key in ("rtt_ms", "one_flow_bps", "ring_bps_mean", "ring_bps_min"):
+                assert math.isfinite(m[key]) and m[key] > 0, (key, m)  # measured, not judged
+            forwarders = list(shaper.forwarders)
+            raise RuntimeError("boom")  # an error inside the block: everything must still go
+    assert ours(cluster.tag) == []
+    assert all(p.poll() is not None for p in forwarders)
+
+
+def test_cleanup_removes_only_dead_harnesses(netns_ok):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live = f"gab{dead.pid}-w0", f"gab{os.getpid()}-w7"
+    for ns in (stale, live):
+        netns.run(["ip", "netns", "add", ns])
+    try:
+        out = subprocess.run([*BENCH, "--cleanup"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        names = netns.namespaces()
+        assert stale not in names and live in names
+    finally:
+        for ns in (stale, live):
+            netns.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_ctrl_c_removes_everything(netns_ok, tmp_path):
+    proc = subprocess.Popen([*BENCH, "--workers", "3", "--networks", "1gbit/1ms", "--workloads", "synthetic:0.05M",
+                             "--no-probe", "--json", str(tmp_path / "x.json"), "--no-plots"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tag = None
+    for line in proc.stdout:  # wait until the namespaces exist and the workers are being started
+        m = re.search(r"namespaces (gab\d+)-w0", line)
+        tag = tag or (m.group(1) if m else None)
+        if line.startswith("[cluster_bench] 1gbit/1ms"):
+            break
+    assert tag is not None and ours(tag)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert ours(tag) == []
+    work = re.search(r"worker logs kept in (\S+)", err).group(1)
+    shutil.rmtree(work, ignore_errors=True)
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if work in cmdline.read_bytes().decode(errors="replace"):
+                left.append(cmdline.parent.name)
+        except OSError:
+            pass
+    assert left == [], f"worker processes survived Ctrl-C: {left}"
+
+
+def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
+    out_json, md = tmp_path / "cluster.json", tmp_path / "tables.md"
+    cmd = [*BENCH, "--workers", "3", "--networks", "1gbit/1ms", "--workloads", "synthetic:0.05M",
+           "--settings", *SETTINGS, "--steps", "3", "--warmup", "1", "--no-probe", "--json", str(out_json),
+           "--plots", str(tmp_path / "bench"), "--markdown", str(md)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    tag = re.search(r"namespaces (gab\d+)-w0", proc.stdout).group(1)
+    assert ours(tag) == []
+
+    result = json.loads(out_json.read_text())
+    assert result["command"].startswith("python bench/cluster_bench.py")
+    assert len(result["machine"]["loadavg_start"]) == 3 and result["machine"]["cores"] >= 1
+    (net,) = result["networks"]
+    assert net["link"]["spec"] == "1gbit/1ms" and net["link"]["asked_rtt_ms"] == pytest.approx(2.0)
+    assert net["workers"]["workers"] == 3
+    wl = net["workers"]["workloads"]["synthetic-50k"]
+    assert list(wl["rows"]) == SETTINGS
+    for name, row in wl["rows"].items():
+        assert row["steps"] == 3, name
+        for key in ("steps_per_s", "tokens_per_s", "vs_no_comm", "sent_bytes_per_step", "analytic_bytes_per_step"):
+            assert row[key] is not None and math.isfinite(row[key]) and row[key] >= 0, (name, key, row[key])
+    rows = wl["rows"]
+    assert rows["no-comm"]["sent_bytes_per_step"] == 0 and rows["no-comm"]["vs_no_comm"] == 1.0
+    # DDP all-reduces every gradient every step: counter == analytic 2(n-1)/n * |theta|, and it is on the wire
+    assert rows["ddp"]["sent_bytes_per_step"] == pytest.approx(rows["ddp"]["analytic_bytes_per_step"])
+    assert rows["ddp"]["wire_tx_bytes_per_step"] > 0.5 * rows["ddp"]["analytic_bytes_per_step"]
+    assert rows["ddp"]["vs_ddp"] == 1.0
+    for name in SETTINGS[2:]:
+        o = rows[name]["overhead"]
+        assert o["syncs_timed"] >= 1 and o["sync_ms"] > 0 and o["raw_ms"] > 0, (name, o)
+    assert rows["gossip_bmuf-(8)"]["q"] == 1 and rows["gossip_bmuf-(16,128)"]["periods"] == "(16,128)"
+    assert (tmp_path / "bench_efficiency.png").stat().st_size > 0
+    assert (tmp_path / "bench_bytes.png").stat().st_size > 0
+    assert "| gossip_bmuf-(16,128) |" in md.read_text()
