@@ -28,27 +28,40 @@ MODES = ("all", "present", "strict")
 
 
 @dataclass
-class CharStats:
-    """Character-level totals (``%CER``): errors = ins + dels + subs over ``ref_chars``."""
+class EditCounts:
+    """Insertions, deletions and substitutions of an alignment; errors is their sum."""
 
     ins: int = 0
     dels: int = 0
     subs: int = 0
-    ref_chars: int = 0
 
     @property
     def errors(self) -> int:
         return self.ins + self.dels + self.subs
 
-    @property
-    def cer(self) -> float:
-        return 100.0 * self.errors / self.ref_chars if self.ref_chars else (0.0 if not self.errors else float("inf"))
+    def rate(self, ref_len: int) -> float:
+        """errors / ref_len in percent; inf when the references are empty (Kaldi prints inf too)."""
+        return 100.0 * self.errors / ref_len if ref_len else (0.0 if not self.errors else float("inf"))
 
-    def add(self, ref: str, hyp: str) -> None:
+    def add_edits(self, ref: list, hyp: list) -> None:
         import kaldialign
 
-        d = kaldialign.edit_distance(list(ref), list(hyp))
+        d = kaldialign.edit_distance(ref, hyp)
         self.ins, self.dels, self.subs = self.ins + d["ins"], self.dels + d["del"], self.subs + d["sub"]
+
+
+@dataclass
+class CharStats(EditCounts):
+    """Character-level totals (``%CER``) over ``ref_chars`` reference characters."""
+
+    ref_chars: int = 0
+
+    @property
+    def cer(self) -> float:
+        return self.rate(self.ref_chars)
+
+    def add(self, ref: str, hyp: str) -> None:
+        self.add_edits(list(ref), list(hyp))
         self.ref_chars += len(ref)
 
     def kaldi_line(self) -> str:
@@ -56,12 +69,9 @@ class CharStats:
 
 
 @dataclass
-class WerStats:
-    """Corpus totals: errors = ins + dels + subs over ``ref_words`` reference words (and ``chars``)."""
+class WerStats(EditCounts):
+    """Corpus totals over ``ref_words`` reference words (and the same at character level, ``chars``)."""
 
-    ins: int = 0
-    dels: int = 0
-    subs: int = 0
     ref_words: int = 0
     chars: CharStats = field(default_factory=CharStats)
     sent_errors: int = 0
@@ -70,13 +80,8 @@ class WerStats:
     extra: list = field(default_factory=list)  # hypotheses without a reference (ignored)
 
     @property
-    def errors(self) -> int:
-        return self.ins + self.dels + self.subs
-
-    @property
     def wer(self) -> float:
-        """Percent; inf when the references hold no word (Kaldi prints inf too)."""
-        return 100.0 * self.errors / self.ref_words if self.ref_words else (0.0 if not self.errors else float("inf"))
+        return self.rate(self.ref_words)
 
     @property
     def ser(self) -> float:
@@ -145,8 +150,6 @@ def compute_wer(refs: Mapping[str, str], hyps: Mapping[str, str], mode: str = "a
     Utterances are scored in sorted order. Hypotheses with no reference are listed in
     ``stats.extra`` and not scored (as in Kaldi).
     """
-    import kaldialign
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     stats = WerStats(extra=sorted(set(hyps) - set(refs)))
@@ -160,10 +163,7 @@ def compute_wer(refs: Mapping[str, str], hyps: Mapping[str, str], mode: str = "a
             if mode == "present":
                 continue
         hyp = hyps.get(utt, "").split()
-        d = kaldialign.edit_distance(ref, hyp)
-        stats.ins += d["ins"]
-        stats.dels += d["del"]
-        stats.subs += d["sub"]
+        stats.add_edits(ref, hyp)
         stats.ref_words += len(ref)
         stats.chars.add(" ".join(ref), " ".join(hyp))
         stats.sentences += 1
