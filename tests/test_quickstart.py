@@ -94,6 +94,7 @@ def test_run_sh_all_asr_stages(tmp_path):
                 assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
     assert len([line for line in table.splitlines() if line.startswith("| dnn_")]) == 8
     assert table in proc.stdout  # the quick start prints the WER table
+    assert (exp / "RESULTS.png").stat().st_size > 0  # and plots the CV loss of each run
     # stages are idempotent: a rerun skips the finished work
     again = run(args)
     assert again.returncode == 0 and "already trained" in again.stderr and "up to date" in again.stdout

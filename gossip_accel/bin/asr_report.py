@@ -2,13 +2,16 @@
 
     python -m gossip_accel.bin.asr_report --out exp/RESULTS.md exp/dnn_single-n1 exp/dnn_gossip_bmuf-n4 ...
 
-Reads each run's ``results.json`` (training) and its ``decode_*/summary.json`` (decoding).
+Reads each run's ``results.json`` (training) and its ``decode_*/summary.json`` (decoding);
+also plots every run's CV loss per epoch beside the table (``RESULTS.png``).
 """
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+
+from .compare_runs import plot
 
 
 def rows(run: Path) -> list[str]:
@@ -42,8 +45,12 @@ def main() -> None:
     for run in args.runs:
         lines += rows(Path(run))
     text = "\n".join(lines) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    histories = [json.loads((Path(r) / "results.json").read_text()) for r in args.runs]
+    plot(histories, out.with_suffix(".png"), key="cv_loss_replicas",
+         ylabel="CV CTC loss per token (mean over replicas)", log=False)
     print(text, end="")
 
 

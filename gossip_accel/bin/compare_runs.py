@@ -39,7 +39,9 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, key: str = "valid_ppl_replicas",
+         ylabel: str = "valid perplexity (mean over replicas)", log: bool = True) -> None:
+    """One curve per run of ``history[*][key]`` against the epoch (LM: perplexity; ASR: CV loss)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,12 +50,13 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         h = r.get("history", [])
-        ax.plot([e["epoch"] for e in h], [e["valid_ppl_replicas"] for e in h], marker="o",
+        ax.plot([e["epoch"] for e in h], [e[key] for e in h], marker="o",
                 label=f"{r['name']} ({r['workers']} w)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("epoch")
-    ax.set_ylabel("valid perplexity (mean over replicas)")
-    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
