@@ -10,6 +10,10 @@
 #       --conf conf/train_dnn.yaml --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- overrides]
 #
 # Every stage skips work that is done (.done markers); training resumes from its last epoch.
+# Several machines: run the same command on each with --num-nodes N --node-rank R --master-addr
+# <node 0> (utils/launch.sh; utils/slurm.sh does it under Slurm); --num-workers is per node. A
+# node with --node-rank > 0 runs stage 4 only (its workers join node 0's job), logging to
+# <run>/train.node<R>.log; node 0 runs every stage.
 set -euo pipefail
 stage=2
 stop_stage=7
@@ -18,11 +22,15 @@ dev_set=dev_clean
 test_sets="test_clean test_other"
 nj=2
 num_mel_bins=80
+sample_rate=16000        # of the audio (8000 for telephone speech: Switchboard)
 unit_type=bpe            # bpe | char
 vocab_size=300           # BPE only
 conf=conf/train_dnn.yaml
 algorithms=gossip_bmuf   # single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
-num_workers=4
+num_workers=4            # per node
+num_nodes=1
+node_rank=0
+master_addr=127.0.0.1
 launcher=accelerate
 port=29541
 use_lm=true
@@ -32,6 +40,7 @@ decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm (beam_lm needs -
 beam=8
 lm_weight=0.5
 insertion_bonus=1.0
+score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
 exp=exp
 help_message="Usage: utils/run_asr.sh [options] [-- trainer overrides]"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,19 +53,28 @@ if [ "$unit_type" = char ]; then lang=data/lang_char; units_args=(--unit-type ch
 else lang=data/lang_${unit_type}${vocab_size}; units_args=(--unit-type $unit_type --vocab-size $vocab_size); fi
 tag=$(basename "$conf" .yaml); tag=${tag#train_}
 
+total_workers=$((num_workers * num_nodes))
 run_dir() {
   case $1 in
     single) echo "$exp/${tag}_single-n1" ;;
-    ddp) echo "$exp/${tag}_ddp-n$num_workers" ;;
-    *) echo "$exp/${tag}_$1-n$num_workers" ;;
+    ddp) echo "$exp/${tag}_ddp-n$total_workers" ;;
+    *) echo "$exp/${tag}_$1-n$total_workers" ;;
   esac
 }
+if [ "$node_rank" != 0 ]; then
+  # a worker node: only the training stage, whose workers join node 0's job
+  [ $stage -le 4 ] && [ $stop_stage -ge 4 ] || { log "node $node_rank: nothing to do outside stage 4"; exit 0; }
+  stage=4
+  stop_stage=4
+fi
+multinode=(--num-nodes $num_nodes --node-rank $node_rank --master-addr $master_addr)
 
 if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
   for x in $train_set $dev_set $test_sets; do
     if [ -f data/$x/.fbank.done ]; then log "Stage 2: data/$x has features"; continue; fi
     log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
-    python -m gossip_accel.bin.compute_fbank --data data/$x --out fbank/$x --nj $nj --num-mel-bins $num_mel_bins
+    python -m gossip_accel.bin.compute_fbank --data data/$x --out fbank/$x --nj $nj --num-mel-bins $num_mel_bins \
+      --sample-rate $sample_rate
     touch data/$x/.fbank.done
   done
   python -m gossip_accel.bin.compute_cmvn --data data/$train_set
@@ -77,17 +95,25 @@ if [ $stage -le 4 ] && [ $stop_stage -ge 4 ]; then
     dir=$(run_dir $algo)
     if [ -f $dir/.done ]; then log "Stage 4: $dir already trained"; continue; fi
     workers=$num_workers
+    nodes=(${multinode[@]})
     case $algo in
-      single) workers=1; sync_args=(sync.enabled=false) ;;
+      single) workers=1; nodes=(); sync_args=(sync.enabled=false)
+        [ "$node_rank" = 0 ] || { log "Stage 4: node $node_rank: 'single' runs on node 0 only"; continue; } ;;
       ddp) sync_args=(sync.enabled=false) ;;
       *) sync_args=(sync.algorithm=$algo) ;;
     esac
     mkdir -p $dir
-    log "Stage 4: training $tag with '$algo' on $workers worker(s) -> $dir (log: $dir/train.log)"
-    "$here/launch.sh" --num-workers $workers --launcher $launcher --port $port -- \
+    train_log=$dir/train.log
+    [ "$node_rank" = 0 ] || train_log=$dir/train.node$node_rank.log
+    log "Stage 4: training $tag with '$algo' on $workers worker(s)$([ ${#nodes[@]} -gt 0 ] && [ $num_nodes -gt 1 ] && echo " x $num_nodes nodes (this is node $node_rank)") -> $dir (log: $train_log)"
+    "$here/launch.sh" --num-workers $workers ${nodes[@]+"${nodes[@]}"} --launcher $launcher --port $port -- \
       -m gossip_accel.bin.train_asr --config $conf --exp-dir $dir --name $(basename $dir) \
       data.train=data/$train_set data.valid=data/$dev_set data.lang=$lang "${sync_args[@]}" \
-      ${extra[@]+"${extra[@]}"} 2>&1 | tee -a $dir/train.log | grep --line-buffered '^\[train_asr\]' || true
+      ${extra[@]+"${extra[@]}"} 2>&1 | tee -a $train_log | grep --line-buffered '^\[train_asr\]' || true
+    if [ "$node_rank" != 0 ]; then
+      log "Stage 4: node $node_rank: its workers finished (node 0 writes $dir/results.json)"
+      continue
+    fi
     if [ ! -f $dir/results.json ]; then
       grep -E 'Error|error:' $dir/train.log | grep -v Warning | sort -u | tail -n 5 >&2 || true
       die "training '$algo' failed; see $dir/train.log"
@@ -138,6 +164,7 @@ if [ $stage -le 6 ] && [ $stop_stage -ge 6 ]; then
         esac
         log "Stage 6: decoding data/$x with $(basename $dir) ($m)"
         python -m gossip_accel.bin.decode_asr --exp-dir $dir --data data/$x --out $out "${args[@]}"
+        [ -z "$score_hook" ] || $score_hook data/$x $out
         touch $out/.done
       done
     done

@@ -2,8 +2,10 @@
 
     python -m gossip_accel.bin.compute_fbank --data data/train --out fbank/train --nj 4 [--num-mel-bins 80] [--on-error skip]
 
-Reads ``<data>/wav.scp`` (``<utt> <file>`` or ``<utt> <command> |``; a ``segments`` file is
-honoured), splits the utterances into ``--nj`` contiguous parts computed by one process each,
+Reads ``<data>/wav.scp`` (``<utt> <file>`` or ``<utt> <command> |``, run by ``bash -c`` as in
+Kaldi; a ``segments`` file is honoured; a two-channel recording gives the channel its
+``reco2file_and_channel`` line names, ``A``/``1`` = first; SPHERE files are read whether
+shortened or not, as LDC ships Switchboard), splits the utterances into ``--nj`` contiguous parts computed by one process each,
 and writes ``<out>/raw_fbank.<j>.ark/.scp`` (j = 1..nj), then ``<data>/feats.scp`` (sorted)
 and ``<data>/utt2num_frames``. The features equal ``torchaudio.compliance.kaldi.fbank`` on
 16-bit-scaled samples (Kaldi's ``compute-fbank-feats`` with the same options).
@@ -39,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="unreadable/empty audio: stop (fail) or leave the utterance out (skip)")
     ap.add_argument("--on-rate-mismatch", choices=("error", "resample"), default="error",
                     help="audio whose rate differs from --sample-rate: stop, or resample it")
-    ap.add_argument("--channel", type=int, default=-1, help="-1: audio must be mono; N: use channel N (0-based)")
+    ap.add_argument("--channel", type=int, default=-1,
+                    help="-1: mono audio, or the channel reco2file_and_channel names (A/1 = first); "
+                         "N: use channel N (0-based) of every recording")
     ap.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     g = ap.add_argument_group("fbank options (Kaldi names)")
     g.add_argument("--sample-rate", dest="sample_frequency", type=float, default=d.sample_frequency)

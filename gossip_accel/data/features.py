@@ -1,8 +1,11 @@
 """Acoustic features of a Kaldi data dir: log-mel filterbanks and global CMVN statistics.
 
 Audio comes from ``wav.scp`` (``<utt> <path>`` or ``<utt> <command> |``), cut by ``segments``
-when the data dir has one. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
-needed) and scaled to the 16-bit integer range, as Kaldi's ``compute-fbank-feats`` sees them, so
+when the data dir has one; a multi-channel recording is reduced to the channel that
+``reco2file_and_channel`` names for it (``A``/``1`` = first, ``B``/``2`` = second), unless
+``--channel`` says otherwise. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
+needed; shorten-compressed SPHERE, as on LDC's discs, by :mod:`gossip_accel.data.sphere`) and
+scaled to the 16-bit integer range, as Kaldi's ``compute-fbank-feats`` sees them, so
 the features equal Kaldi's (``torchaudio.compliance.kaldi.fbank`` with the same options).
 Features are written as Kaldi archives with kaldiio: one ``raw_fbank.<j>.ark/.scp`` per job.
 
@@ -42,9 +45,13 @@ read_kaldi_map = read_table
 def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
     """Samples (num_samples, channels) float32 in [-1, 1) and the sample rate of a wav.scp value.
 
-    ``spec`` is a file soundfile reads (WAV, FLAC, NIST SPHERE...) or a shell command ending in
-    ``|`` that writes such a file (normally WAV) to stdout, as in Kaldi's ``wav.scp``.
-    Errors are :class:`FeatureError` naming ``utt`` and ``spec``.
+    ``spec`` is a file soundfile reads (WAV, FLAC, NIST SPHERE...; shorten-compressed SPHERE
+    through :func:`gossip_accel.data.sphere.read_sphere`) or a shell command ending in ``|``
+    that writes such a file (normally WAV) to stdout, as in Kaldi's ``wav.scp`` (e.g.
+    ``sph2pipe -f wav -p -c 1 sw02001.sph |``). The command is run by ``bash -c``, as Kaldi
+    runs it: a data dir's ``wav.scp`` is a program, only use data dirs you trust. Only a value
+    ending in ``|`` is run; anything else is a path. Errors are :class:`FeatureError` naming
+    ``utt`` and ``spec``.
     """
     import soundfile as sf
 
@@ -52,7 +59,7 @@ def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
     try:
         if spec.endswith("|"):
             cmd = spec[:-1].strip()
-            proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             if proc.returncode != 0:
                 err = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]
                 raise FeatureError(f"utterance {utt}: command {cmd!r} exited with status {proc.returncode}"
@@ -60,6 +67,11 @@ def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
             if not proc.stdout:
                 raise FeatureError(f"utterance {utt}: command {cmd!r} wrote no audio to stdout")
             data, rate = sf.read(io.BytesIO(proc.stdout), dtype="float32", always_2d=True)
+        elif _is_shortened_sphere(spec):
+            from .sphere import read_sphere
+
+            samples, rate = read_sphere(spec)
+            data = samples.astype(np.float32) / INT16_SCALE
         else:
             data, rate = sf.read(spec, dtype="float32", always_2d=True)
     except FeatureError:
@@ -67,6 +79,53 @@ def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
     except Exception as e:  # soundfile raises LibsndfileError, RuntimeError, OSError...
         raise FeatureError(f"utterance {utt}: cannot read audio {spec!r}: {e}") from None
     return data, int(rate)
+
+
+def _is_shortened_sphere(path: str) -> bool:
+    """A NIST SPHERE file whose samples are shorten-compressed (libsndfile cannot read those)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return False
+    return head.startswith(b"NIST_1A") and b"shorten" in head.split(b"end_head")[0]
+
+
+def channel_index(name: str) -> int:
+    """0-based channel of a ``reco2file_and_channel`` channel name: ``A``/``1`` -> 0, ``B``/``2`` -> 1, ..."""
+    n = name.strip()
+    if n.isdigit() and int(n) >= 1:
+        return int(n) - 1
+    if len(n) == 1 and n.isalpha():
+        return ord(n.upper()) - ord("A")
+    raise ValueError(f"channel {name!r}: expected a letter (A, B, ...) or a 1-based number (1, 2, ...)")
+
+
+def utterance_channels(data_dir: str | Path) -> dict[str, int]:
+    """utt -> 0-based channel from ``reco2file_and_channel`` (via ``segments`` when there is one);
+    {} when the data dir has no ``reco2file_and_channel``."""
+    data_dir = Path(data_dir)
+    r2fc = data_dir / "reco2file_and_channel"
+    if not r2fc.is_file():
+        return {}
+    reco_ch = {}
+    for reco, value in read_kaldi_map(r2fc).items():
+        parts = value.split()
+        if len(parts) != 2:
+            raise ValueError(f"{r2fc}: line of {reco!r} should be '<recording> <file> <channel>', got {value!r}")
+        try:
+            reco_ch[reco] = channel_index(parts[1])
+        except ValueError as e:
+            raise ValueError(f"{r2fc}: recording {reco}: {e}") from None
+    seg_file = data_dir / "segments"
+    if not seg_file.is_file():
+        return reco_ch
+    out = {}
+    for utt, value in read_kaldi_map(seg_file).items():
+        reco = value.split()[0] if value.split() else ""
+        if reco in reco_ch:
+            out[utt] = reco_ch[reco]
+    return out
 
 
 @dataclass
@@ -110,10 +169,12 @@ def compute_fbank(samples: np.ndarray | torch.Tensor, opts: FbankOptions, seed: 
 
 def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, on_rate_mismatch: str = "error",
                    segment: Optional[tuple[float, float]] = None,
-                   cache: Optional[dict] = None) -> torch.Tensor:
+                   cache: Optional[dict] = None, default_channel: Optional[int] = None) -> torch.Tensor:
     """Mono samples in 16-bit scale at ``opts.sample_frequency``, ready for :func:`compute_fbank`.
 
     ``channel`` -1 requires mono audio (as Kaldi's ``--channel=-1``); 0, 1... picks one.
+    ``default_channel`` (0, 1..., e.g. from ``reco2file_and_channel``) is used for multi-channel
+    audio when ``channel`` is -1; a pipe that already selected the channel gives mono audio.
     ``on_rate_mismatch``: ``error`` or ``resample`` (torchaudio's sinc interpolation).
     ``segment`` = (start, end) seconds, end <= 0 meaning the end of the recording.
     ``cache`` (a dict) keeps the last recording read, for consecutive segments of one file.
@@ -124,6 +185,8 @@ def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, o
         data, rate = read_audio(spec, utt)
         if cache is not None:
             cache.update(spec=spec, audio=(data, rate))
+    if data.shape[1] > 1 and channel < 0 and default_channel is not None:
+        channel = default_channel
     if data.shape[1] > 1 and channel < 0:
         raise FeatureError(f"utterance {utt}: {spec!r} has {data.shape[1]} channels; pass --channel N "
                            f"(0 = first) or select one in wav.scp")
@@ -168,6 +231,7 @@ class Job:
     on_rate_mismatch: str = "error"
     on_error: str = "fail"
     progress: bool = True
+    channels: Optional[dict] = None  # utt -> 0-based channel (reco2file_and_channel), for multi-channel audio
 
 
 @dataclass
@@ -233,7 +297,8 @@ def run_job(job: Job) -> JobResult:
     with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
         for utt, spec, segment in bar:
             try:
-                wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache)
+                wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache,
+                                     (job.channels or {}).get(utt))
                 feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
                 if feats.shape[0] == 0:
                     raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
@@ -275,7 +340,9 @@ def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, o
     for stale in ("feats.scp", "utt2num_frames"):
         (data_dir / stale).unlink(missing_ok=True)
     parts = split_contiguous(entries, nj)
-    jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress)
+    chans = utterance_channels(data_dir)
+    jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress,
+                {u: chans[u] for u, _, _ in part if u in chans} or None)
             for j, part in enumerate(parts)]
     if len(jobs) == 1:
         results = [run_job(jobs[0])]
