@@ -27,6 +27,9 @@ conf=conf/train_dnn.yaml
 algorithms=gossip_bmuf  # single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
 num_workers=4
 ngpu=""                 # same as --num-workers
+num_nodes=1             # machines; run this on each with its --node-rank (utils/slurm.sh does it under Slurm)
+node_rank=0
+master_addr=127.0.0.1   # node 0's address
 launcher=accelerate
 port=29541
 use_lm=true
@@ -46,7 +49,7 @@ help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=2e-
 root=$librispeech_root
 if [ -z "$root" ]; then
   root=data/mini_librispeech
-  if [ $stage -le 0 ] && [ $stop_stage -ge 0 ]; then
+  if [ $stage -le 0 ] && [ $stop_stage -ge 0 ] && [ "$node_rank" = 0 ]; then
     log "Stage 0: no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
     if ! command -v flite >/dev/null; then
       [ "$(id -u)" = 0 ] || die "flite is missing: install it with 'apt-get install flite' (Debian/Ubuntu)"
@@ -63,7 +66,7 @@ if [ -z "$root" ]; then
   if [ -z "$lm_text" ] && [ -f $root/librispeech-lm-norm.txt ]; then lm_text=$root/librispeech-lm-norm.txt; fi
 fi
 
-if [ $stage -le 1 ] && [ $stop_stage -ge 1 ]; then
+if [ $stage -le 1 ] && [ $stop_stage -ge 1 ] && [ "$node_rank" = 0 ]; then
   for s in $train_set $dev_set $test_sets; do
     d=data/${s//-/_}
     [ -d "$root/$s" ] || die "$root/$s not found: --librispeech-root must hold the subset folders ($train_set, $dev_set, $test_sets)"
@@ -78,7 +81,8 @@ if [ $stop_stage -ge 2 ]; then
   utils/run_asr.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage \
     --train-set ${train_set//-/_} --dev-set ${dev_set//-/_} --test-sets "$(echo ${test_sets//-/_})" \
     --nj $nj --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size --conf $conf \
-    --algorithms "$algorithms" --num-workers $num_workers --launcher $launcher --port $port \
+    --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes --node-rank $node_rank \
+    --master-addr $master_addr --launcher $launcher --port $port \
     --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" \
     --decode-methods "$decode_methods" --exp $exp -- "$@"
 fi
