@@ -170,3 +170,26 @@ def test_units_roundtrip_and_layout(tmp_path, unit_type):
         assert tok.decode([0] + ids + [0]) == t  # blanks dropped
     assert tok.unk_id in tok.encode("HELLO ZZZ")  # Z never seen
     assert tok.decode(tok.encode("HELLO ZZZ")).startswith("HELLO <unk>")
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("dnn", {"context": 2, "hidden": 16, "layers": 2, "subsample": 3}),
+    ("cldnn", {"conv_channels": 4, "lstm_cells": 16, "lstm_proj": 8, "lstm_layers": 1, "dnn_hidden": 16, "dnn_layers": 1}),
+    ("blstm", {"hidden": 8, "layers": 2, "bottleneck": 6, "subsample": 3}),
+])
+def test_acoustic_models_shapes_and_lengths(kind, options):
+    """Every model type: (B, T', V) log-probs, T' = ceil-ish(T / subsample), padding ignored."""
+    from gossip_accel.models.asr import build_acoustic_model
+
+    torch.manual_seed(0)
+    model = build_acoustic_model(kind, 40, 11, options).eval()
+    x, lengths = torch.randn(2, 31, 40), torch.tensor([31, 20])
+    x[1, 20:] = 0.0  # padding, as collate makes it
+    logp, out_lengths = model(x, lengths)
+    assert logp.shape[0] == 2 and logp.shape[2] == 11 and int(out_lengths[0]) == logp.shape[1] == 11
+    assert int(out_lengths[1]) == 7
+    torch.testing.assert_close(logp.exp().sum(-1), torch.ones(2, logp.shape[1]))
+    # the second utterance's output does not depend on how much padding follows it (the last
+    # output frame may: its splice/convolution window reaches past the end)
+    alone, _ = model(x[1:, :20], lengths[1:])
+    torch.testing.assert_close(logp[1, :6], alone[0, :6], rtol=1e-4, atol=1e-4)

@@ -92,8 +92,9 @@ def test_cleanup_removes_only_dead_harnesses(netns_ok):
 
 
 def test_ctrl_c_removes_everything(netns_ok, tmp_path):
+    # --seconds 300: the run is surely still going when Ctrl-C comes (a short one may end first)
     proc = subprocess.Popen([*BENCH, "--workers", "3", "--networks", "1gbit/1ms", "--workloads", "synthetic:0.05M",
-                             "--no-probe", "--json", str(tmp_path / "x.json"), "--no-plots"],
+                             "--seconds", "300", "--no-probe", "--json", str(tmp_path / "x.json"), "--no-plots"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tag = None
     for line in proc.stdout:  # wait until the namespaces exist and the workers are being started

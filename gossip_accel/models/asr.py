@@ -1,4 +1,4 @@
-"""CTC acoustic models: spliced DNN, CLDNN and a small conformer.
+"""CTC acoustic models: spliced DNN, CLDNN, a small conformer, and the ADPSGD papers' BLSTM.
 
 All take features (B, T, D) with lengths and return CTC log-probabilities (B, T', V) and the
 output lengths T'. 001_3db6b3ddf1f13045.txt (section 3) trains a 6x1024 ReLU DNN on 11
@@ -107,7 +107,35 @@ class ConformerCTC(nn.Module):
         return self.output(h).log_softmax(-1), out_lengths
 
 
-MODELS = {"dnn": SplicedDNN, "cldnn": CLDNN, "conformer": ConformerCTC}
+class BLSTM(nn.Module):
+    """Bidirectional LSTM -> linear bottleneck -> output: the acoustic model of the ADPSGD papers
+    (002/004: 6 BLSTM layers of 512 cells per direction, bottleneck 256), here with CTC. Frames
+    are stacked by ``subsample`` (concatenated) before the first layer, which sets the output rate.
+    Parameter names: ``body.*`` (the BLSTM), ``bottleneck.*``, ``output.*``."""
+
+    def __init__(self, input_dim: int, vocab_size: int, hidden: int = 512, layers: int = 6,
+                 bottleneck: int = 256, subsample: int = 3, dropout: float = 0.1):
+        super().__init__()
+        self.subsample = subsample
+        self.body = nn.LSTM(input_dim * subsample, hidden, num_layers=layers, bidirectional=True,
+                            batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.bottleneck = nn.Linear(2 * hidden, bottleneck)
+        self.output = nn.Linear(bottleneck, vocab_size)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        s = self.subsample
+        if t % s:
+            x = torch.cat([x, x.new_zeros(b, s - t % s, d)], dim=1)
+        x = x.reshape(b, x.shape[1] // s, d * s)
+        out_lengths = (lengths + s - 1) // s
+        packed = nn.utils.rnn.pack_padded_sequence(x, out_lengths.cpu(), batch_first=True, enforce_sorted=False)
+        h, _ = self.body(packed)
+        h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
+        return self.output(self.bottleneck(h)).log_softmax(-1), out_lengths
+
+
+MODELS = {"dnn": SplicedDNN, "cldnn": CLDNN, "conformer": ConformerCTC, "blstm": BLSTM}
 
 
 def build_acoustic_model(kind: str, input_dim: int, vocab_size: int, options: dict[str, Any]) -> nn.Module:
