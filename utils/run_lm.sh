@@ -9,6 +9,9 @@
 # sync.algorithm (ma, bmuf, local_ma, local_bmuf, gossip_ma, gossip_bmuf). Each run goes to
 # <exp>/<algorithm>-<periods>-n<workers> (single-n1, ddp-n<N>); a finished run has a .done marker
 # and is skipped; an interrupted one resumes from its last epoch checkpoint.
+# Several machines (sharing the recipe dir, as Kaldi recipes do): run the same command on each
+# with --num-nodes N --node-rank R --master-addr <node 0>; --num-workers is per node; a node
+# with --node-rank > 0 runs stage 2 only (its workers join node 0's job; node 0 writes results).
 set -euo pipefail
 stage=2
 stop_stage=4
@@ -17,7 +20,10 @@ exp=exp
 confs=""
 periods=16_128
 algorithms=gossip_bmuf
-num_workers=4
+num_workers=4            # per node
+num_nodes=1
+node_rank=0
+master_addr=127.0.0.1
 launcher=accelerate
 port=29521
 epochs=""
@@ -31,13 +37,18 @@ extra=("$@")
 for c in $confs; do [ -f "$c" ] || die "config file $c not found"; done
 [ -f "$data/vocab.txt" ] || die "$data/vocab.txt not found: run the data stages (--stage 0) first"
 
+total_workers=$((num_workers * num_nodes))
 run_dir() {  # run_dir ALGO -> the run's exp dir
   case $1 in
     single) echo "$exp/single-n1" ;;
-    ddp) echo "$exp/ddp-n$num_workers" ;;
-    *) echo "$exp/$1-$periods-n$num_workers" ;;
+    ddp) echo "$exp/ddp-n$total_workers" ;;
+    *) echo "$exp/$1-$periods-n$total_workers" ;;
   esac
 }
+if [ "$node_rank" != 0 ]; then
+  [ $stage -le 2 ] && [ $stop_stage -ge 2 ] || { log "node $node_rank: nothing to do outside stage 2"; exit 0; }
+  stop_stage=2
+fi
 dirs=()
 for algo in $algorithms; do dirs+=("$(run_dir "$algo")"); done
 
@@ -49,8 +60,12 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
       continue
     fi
     workers=$num_workers
+    nodes=(--num-nodes "$num_nodes" --node-rank "$node_rank" --master-addr "$master_addr")
+    train_log=$dir/train.log
+    [ "$node_rank" = 0 ] || train_log=$dir/train.node$node_rank.log
     case $algo in
-      single) workers=1; sync_args=(sync.enabled=false) ;;
+      single) workers=1; nodes=(); sync_args=(sync.enabled=false)
+        [ "$node_rank" = 0 ] || { log "Stage 2: node $node_rank: 'single' runs on node 0 only"; continue; } ;;
       ddp) sync_args=(sync.enabled=false) ;;
       *) sync_args=(sync.algorithm="$algo") ;;
     esac
@@ -58,13 +73,17 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
     for c in $confs; do conf_args+=(--config "$c"); done
     [ -n "$epochs" ] && sync_args+=(train.epochs="$epochs")
     mkdir -p "$dir"
-    log "Stage 2: training '$algo' with $workers worker(s) ($launcher) -> $dir (log: $dir/train.log)"
-    "$here/launch.sh" --num-workers "$workers" --launcher "$launcher" --port "$port" -- \
+    log "Stage 2: training '$algo' with $workers worker(s) x $num_nodes node(s) ($launcher) -> $dir (log: $train_log)"
+    "$here/launch.sh" --num-workers "$workers" ${nodes[@]+"${nodes[@]}"} --launcher "$launcher" --port "$port" -- \
       -m gossip_accel.bin.train_lm "${conf_args[@]}" --exp-dir "$dir" --name "$(basename "$dir")" \
       data.dir="$data" "${sync_args[@]}" ${extra[@]+"${extra[@]}"} 2>&1 \
-      | tee -a "$dir/train.log" | grep --line-buffered '^\[train_lm\]' || true
+      | tee -a "$train_log" | grep --line-buffered '^\[train_lm\]' || true
+    if [ "$node_rank" != 0 ]; then
+      log "Stage 2: node $node_rank: its workers finished (node 0 writes $dir/results.json)"
+      continue
+    fi
     if [ ! -f "$dir/results.json" ]; then
-      grep -E 'Error|error:' "$dir/train.log" | grep -v Warning | sort -u | tail -n 5 >&2 || true
+      grep -E 'Error|error:' "$train_log" | grep -v Warning | sort -u | tail -n 5 >&2 || true
       die "training '$algo' failed; see $dir/train.log"
     fi
     touch "$dir/.done"

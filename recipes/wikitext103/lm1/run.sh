@@ -21,6 +21,9 @@ algorithms=gossip_bmuf  # any of: single ddp ma bmuf local_ma local_bmuf gossip_
 algorithm=""            # one algorithm (same as --algorithms with one entry)
 num_workers=4
 ngpu=""                 # same as --num-workers (one worker per GPU)
+num_nodes=1             # machines (sharing this dir); run this on each with its --node-rank (utils/slurm.sh)
+node_rank=0
+master_addr=127.0.0.1   # node 0's address
 launcher=accelerate     # or torchrun
 port=29521
 epochs=""               # overrides train.epochs of the conf
@@ -53,6 +56,7 @@ fi
 if [ $stop_stage -ge 2 ]; then
   utils/run_lm.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage --data "$data" --exp "$exp" \
     --confs "$conf conf/period_${periods}.yaml" --periods "$periods" --algorithms "$algorithms" \
-    --num-workers "$num_workers" --launcher "$launcher" --port "$port" --epochs "$epochs" -- "$@"
+    --num-workers "$num_workers" --num-nodes "$num_nodes" --node-rank "$node_rank" --master-addr "$master_addr" \
+    --launcher "$launcher" --port "$port" --epochs "$epochs" -- "$@"
 fi
 log "Done."
