@@ -7,7 +7,6 @@ the layout it writes is checked end to end: build -> data_prep -> validate_data_
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -17,20 +16,12 @@ import pytest
 import soundfile as sf
 
 from gossip_accel.data import kaldi_dir as kd
+from recipe_local import load
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / "recipes" / "librispeech" / "asr1" / "local"
 
 
-def load(path: Path):
-    name = path.stem
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 dp = load(LOCAL / "data_prep.py")

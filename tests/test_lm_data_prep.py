@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import struct
@@ -21,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from recipe_local import load
 
 ROOT = Path(__file__).resolve().parent.parent
 WIKI_LOCAL = ROOT / "recipes" / "wikitext103" / "lm1" / "local"
@@ -29,15 +29,6 @@ MINI_TAR = GUT_LOCAL / "data" / "original-books-mini.tar.gz"
 WIKI_MINI = ROOT / "local" / "data" / "wiki_mini"
 
 
-def load(path: Path):
-    name = path.stem
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # picklable classes for --jobs
-    spec.loader.exec_module(mod)
-    return mod
 
 
 pw = load(WIKI_LOCAL / "prepare_wikitext.py")

@@ -4,7 +4,6 @@ pipes), the mini corpus's layout (built with a sine-tone synthesizer), the LDC97
 eval2000 data preparation, transcript normalization and the scoring filter."""
 from __future__ import annotations
 
-import importlib.util
 import io
 import math
 import os
@@ -19,20 +18,12 @@ import soundfile as sf
 from gossip_accel.data import kaldi_dir as kd
 from gossip_accel.data import sphere as S
 from gossip_accel.data.features import FbankOptions, compute_fbank, compute_fbank_dir, load_utterance, read_audio
+from recipe_local import load
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / "recipes" / "swbd" / "asr1" / "local"
 
 
-def load(path: Path):
-    name = path.stem
-    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 sys.path.insert(0, str(LOCAL))
