@@ -228,12 +228,17 @@ def remove_leftovers(force: bool = False, log: Callable[[str], None] = print, qu
 
 @contextmanager
 def signals_raise():
-    """Turn SIGTERM and SIGHUP into SystemExit (SIGINT already raises KeyboardInterrupt), so that
-    ``with Cluster(...)`` blocks and ``finally`` clauses run when the harness is killed."""
+    """Turn SIGTERM and SIGHUP into SystemExit and SIGINT into KeyboardInterrupt, so that
+    ``with Cluster(...)`` blocks and ``finally`` clauses run when the harness is killed.
+
+    SIGINT's handler is installed explicitly: a process started in the background by a
+    non-interactive shell inherits SIGINT *ignored*, and Python then never raises
+    KeyboardInterrupt, so Ctrl-C (or a test's SIGINT) would leave the namespaces behind."""
     def handler(signum, _frame):
         raise SystemExit(128 + signum)
 
     saved = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    saved[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
