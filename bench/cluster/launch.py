@@ -5,10 +5,7 @@ Worker K runs, inside namespace K (GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME name 
     utils/launch.sh --num-workers 1 --num-nodes N --node-rank K --master-addr 10.213.0.1 --port 29500 \\
         [--launcher torchrun] -- -m bench.cluster.worker ...
 
-With a ``utils/launch.sh`` that predates ``--num-nodes``, the same multi-node flags go through
-``ACCELERATE_EXTRA`` (``--num_machines N --machine_rank K --main_process_ip 10.213.0.1
---same_network`` after ``--num-workers N``) or, for torchrun, after the ``--`` (later flags
-override launch.sh's single-node ones). Rank 0's output is streamed to the terminal, every
+Rank 0's output is streamed to the terminal, every
 rank's is kept in ``<work>/worker<K>.log``; a failing or hanging worker stops all of them, and
 the error shows each worker's first traceback.
 """
@@ -27,33 +24,13 @@ from .netns import Cluster, HarnessError, python_env, stop_processes
 PORT = 29500  # inside the namespaces: no clash with anything on the machine
 
 
-def launch_sh_has_nodes(script: Path) -> bool:
-    """Whether utils/launch.sh takes --num-nodes/--node-rank/--master-addr itself."""
-    try:
-        return "num_nodes=" in script.read_text()
-    except OSError:
-        return False
-
-
 def launcher_argv(cluster: Cluster, i: int, root: Path, launcher: str, worker_args: Sequence[str]) -> list[str]:
     """The command line that starts node ``i``'s worker in its namespace."""
     if launcher not in ("accelerate", "torchrun"):
         raise ValueError(f"launcher {launcher!r}: choose accelerate or torchrun")
-    script = root / "utils" / "launch.sh"
-    launch = ["bash", str(script)]
-    master = cluster.address(0)
-    if launch_sh_has_nodes(script):
-        cmd = [*launch, "--num-workers", "1", "--num-nodes", str(cluster.n), "--node-rank", str(i),
-               "--master-addr", master, "--port", str(PORT), "--launcher", launcher,
-               "--", "-m", "bench.cluster.worker", *worker_args]
-    elif launcher == "accelerate":
-        extra = (f"--num_machines {cluster.n} --machine_rank {i} --main_process_ip {master} --same_network")
-        cmd = ["env", f"ACCELERATE_EXTRA={extra}", *launch, "--num-workers", str(cluster.n), "--port", str(PORT),
-               "--", "-m", "bench.cluster.worker", *worker_args]
-    elif launcher == "torchrun":
-        cmd = [*launch, "--num-workers", "1", "--launcher", "torchrun", "--port", str(PORT), "--",
-               "--nnodes", str(cluster.n), "--node_rank", str(i), "--master_addr", master,
-               "-m", "bench.cluster.worker", *worker_args]
+    cmd = ["bash", str(root / "utils" / "launch.sh"), "--num-workers", "1", "--num-nodes", str(cluster.n),
+           "--node-rank", str(i), "--master-addr", cluster.address(0), "--port", str(PORT), "--launcher", launcher,
+           "--", "-m", "bench.cluster.worker", *worker_args]
     # gloo (process group) and tensorpipe (RPC, the asynchronous algorithms) both use the namespace's veth
     return cluster.exec_argv(i, ["env", f"GLOO_SOCKET_IFNAME={cluster.veth(i)}", f"TP_SOCKET_IFNAME={cluster.veth(i)}",
                                  *cmd])
