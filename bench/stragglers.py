@@ -156,7 +156,7 @@ def main(argv=None) -> dict:
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args.workers, os.path.join(tmp, "init"), tmp, args), nprocs=args.workers)
-        rows = [row for r in range(args.workers) for row in torch.load(os.path.join(tmp, f"rank{r}.pt"))]
+        rows = [row for r in range(args.workers) for row in torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=True)]
     table = summarize(rows, args)
     result = {
         "command": "bench/stragglers.py " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -123,7 +123,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args.workers, os.path.join(tmp, "init"), args.steps, tmp), nprocs=args.workers)
-        per_rank = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(args.workers)]
+        per_rank = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=True) for r in range(args.workers)]
     ddp_sent = sum(r["ddp"]["sent"] for r in per_rank) / len(per_rank)
     table = []
     for name in [*SETTINGS, "ddp"]:

@@ -183,7 +183,7 @@ def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -
 def spawn_all(outdir: str, world: int = WORLD) -> list[dict]:
     init_file = tempfile.mktemp(prefix="gloo_init_", dir=outdir)
     spawn_with_timeout(_worker, (world, init_file, outdir), world, timeout=900)
-    return [torch.load(os.path.join(outdir, f"results{r}.pt"), weights_only=False) for r in range(world)]
+    return [torch.load(os.path.join(outdir, f"results{r}.pt"), weights_only=True) for r in range(world)]
 
 
 def simulate_scenario(overrides: Sequence[str], steps: int, world: int = WORLD, accum: int = 1,
@@ -329,4 +329,4 @@ def async_results(names: tuple[str, ...] = tuple(ASYNC_SCENARIOS), world: int = 
     outdir = tempfile.mkdtemp(prefix="gossip_async_")
     init_file = os.path.join(outdir, "gloo_init")
     spawn_with_timeout(_async_worker, (world, init_file, outdir, list(names)), world, timeout=900)
-    return [torch.load(os.path.join(outdir, f"async{r}.pt"), weights_only=False) for r in range(world)]
+    return [torch.load(os.path.join(outdir, f"async{r}.pt"), weights_only=True) for r in range(world)]

@@ -51,7 +51,7 @@ def make_data_dir(root: Path, corrupt: bool = False) -> Path:
 
 def test_fbank_equals_torchaudio_and_ark_roundtrip(tmp_path):
     data = make_data_dir(tmp_path)
-    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "fbank"), "--no-progress"])
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "fbank"), "--no-progress", "--allow-pipes"])
     feats = read_kaldi_map(data / "feats.scp")
     frames = read_kaldi_map(data / "utt2num_frames")
     assert sorted(feats) == [f"spk-u{i}" for i in range(5)] == list(feats)
@@ -73,9 +73,9 @@ def test_nj2_equals_nj1_and_options(tmp_path):
     d2 = tmp_path / "b"
     shutil.copytree(d1, d2)
     compute_fbank.main(["--data", str(d1), "--out", str(tmp_path / "f1"), "--nj", "1", "--num-mel-bins", "40",
-                        "--no-progress"])
+                        "--no-progress", "--allow-pipes"])
     compute_fbank.main(["--data", str(d2), "--out", str(tmp_path / "f2"), "--nj", "2", "--num-mel-bins", "40",
-                        "--no-progress"])
+                        "--no-progress", "--allow-pipes"])
     s1, s2 = read_kaldi_map(d1 / "feats.scp"), read_kaldi_map(d2 / "feats.scp")
     assert list(s1) == list(s2) and len(s1) == 5
     assert read_kaldi_map(d1 / "utt2num_frames") == read_kaldi_map(d2 / "utt2num_frames")
@@ -92,12 +92,13 @@ def test_nj2_equals_nj1_and_options(tmp_path):
 def test_corrupt_audio_fail_or_skip(tmp_path, capsys, nj):
     data = make_data_dir(tmp_path, corrupt=True)
     with pytest.raises(SystemExit) as e:
-        compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", str(nj), "--no-progress"])
+        compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", str(nj), "--no-progress",
+                            "--allow-pipes"])
     assert "spk-bad" in str(e.value) and "bad.wav" in str(e.value)
     assert not (data / "feats.scp").exists()
 
     compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", str(nj), "--on-error", "skip",
-                        "--no-progress"])
+                        "--no-progress", "--allow-pipes"])
     err = capsys.readouterr().err
     assert "2 utterance(s) skipped" in err and "spk-bad" in err and "spk-empty" in err
     skipped = read_kaldi_map(tmp_path / "f" / "skipped.txt")
@@ -116,20 +117,20 @@ def test_sample_rate_mismatch_and_bad_pipe(tmp_path):
     wav = load_utterance(str(p), "utt8k", opts, on_rate_mismatch="resample")
     assert wav.shape[0] == 16000
     with pytest.raises(FeatureError, match=r"uttp.*exited with status"):
-        read_audio("false |", "uttp")
+        read_audio("false |", "uttp", allow_pipes=True)
 
 
 def test_segments(tmp_path):
     data = make_data_dir(tmp_path)
     (data / "segments").write_text("seg-a spk-u3 0.0 0.5\nseg-b spk-u3 0.5 -1\n")
-    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", "2", "--no-progress"])
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--nj", "2", "--no-progress", "--allow-pipes"])
     frames = read_kaldi_map(data / "utt2num_frames")
     assert frames == {"seg-a": "48", "seg-b": "73"}  # 0.5 s and 0.75 s at 25/10 ms, snip_edges
 
 
 def test_cmvn_stats_equal_numpy(tmp_path):
     data = make_data_dir(tmp_path)
-    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--no-progress"])
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--no-progress", "--allow-pipes"])
     compute_cmvn.main(["--data", str(data)])
     stats = kaldiio.load_mat(str(data / "cmvn.ark"))
     assert stats.dtype == np.float64 and stats.shape == (2, 81)

@@ -39,7 +39,7 @@ def accelerate_cmd(out: Path, *args: str) -> list[str]:
 def check_against_simulator(out: Path, overrides: list[str], steps: int, accum: int = 1) -> None:
     sim_before, sim_final = simulate_scenario(overrides, steps, accum=accum)
     for r in range(WORLD):
-        got = torch.load(out / f"rank{r}.pt", weights_only=False)
+        got = torch.load(out / f"rank{r}.pt", weights_only=True)
         assert got["world_size"] == WORLD, "the launcher did not start 4 ranks in one process group"
         assert got["t"] == steps, "the synchronizer must count optimizer steps, not micro-batches"
         assert_states_close(got["before"], sim_before[r], f"rank {r} before final average")

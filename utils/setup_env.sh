@@ -6,7 +6,7 @@
 # matches, this returns in well under a second. Override the location with GOSSIP_VENV.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${GOSSIP_VENV:-$root/.venv}
+venv="${GOSSIP_VENV:-$root/.venv}"
 python=${PYTHON:-python3}
 stamp=$venv/.gossip_accel_stamp
 want=$(cat "$root/requirements.txt" "$root/pyproject.toml" | sha256sum | cut -d' ' -f1)

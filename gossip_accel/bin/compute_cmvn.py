@@ -11,10 +11,12 @@ the training set and use it for every set.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from ..data.features import accumulate_cmvn_stats, read_kaldi_map
+from ..data.features import accumulate_cmvn_stats, load_feats, read_kaldi_map
+from ..data.kaldi_dir import DataDirError, refuse_commands
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,14 +31,21 @@ def main(argv: list[str] | None = None) -> None:
     scp = Path(args.data) / "feats.scp"
     if not scp.is_file():
         raise SystemExit(f"compute_cmvn: {scp} not found: run gossip_accel.bin.compute_fbank --data {args.data} first")
-    feats = read_kaldi_map(scp)
+    try:
+        refuse_commands(scp, "feats.scp must name archives (file.ark:offset); recompute it with "
+                             "gossip_accel.bin.compute_fbank")
+        feats = read_kaldi_map(scp)
+    except (DataDirError, OSError) as e:
+        raise SystemExit(f"compute_cmvn: {e}") from None
     if not feats:
         raise SystemExit(f"compute_cmvn: {scp} is empty")
 
     stats = None
     for utt, spec in tqdm(feats.items(), desc="cmvn", unit="utt", mininterval=2.0, file=sys.stderr):
         try:
-            mat = kaldiio.load_mat(spec)
+            mat = load_feats(spec, f"{scp}: {utt}")
+        except DataDirError as e:
+            raise SystemExit(f"compute_cmvn: {e}") from None
         except Exception as e:
             raise SystemExit(f"compute_cmvn: {scp}: cannot load features of {utt} from {spec!r}: {e}") from None
         try:
@@ -45,7 +54,9 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"compute_cmvn: {scp}: utterance {utt}: {e}") from None
     out = Path(args.out) if args.out else Path(args.data) / "cmvn.ark"
     out.parent.mkdir(parents=True, exist_ok=True)
-    kaldiio.save_mat(str(out), stats)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")   # an existing stats file stays intact until the end
+    kaldiio.save_mat(str(tmp), stats)
+    os.replace(tmp, out)
     print(f"compute_cmvn: {out}: {len(feats)} utterances, {int(stats[0, -1])} frames, dim {stats.shape[1] - 1}",
           file=sys.stderr)
 

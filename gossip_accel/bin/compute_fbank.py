@@ -2,8 +2,9 @@
 
     python -m gossip_accel.bin.compute_fbank --data data/train --out fbank/train --nj 4 [--num-mel-bins 80] [--on-error skip]
 
-Reads ``<data>/wav.scp`` (``<utt> <file>`` or ``<utt> <command> |``, run by ``bash -c`` as in
-Kaldi; a ``segments`` file is honoured; a two-channel recording gives the channel its
+Reads ``<data>/wav.scp`` (``<utt> <file>``, the rest of the line, spaces and quotes included;
+or ``<utt> <command> |``, which is refused, naming its line, unless ``--allow-pipes``: then it is
+run by ``bash -c`` as in Kaldi, so only opt in for data dirs you trust); a ``segments`` file is honoured; a two-channel recording gives the channel its
 ``reco2file_and_channel`` line names, ``A``/``1`` = first; SPHERE files are read whether
 shortened or not, as LDC ships Switchboard), splits the utterances into ``--nj`` contiguous parts computed by one process each,
 and writes ``<out>/raw_fbank.<j>.ark/.scp`` (j = 1..nj), then ``<data>/feats.scp`` (sorted)
@@ -14,6 +15,8 @@ Unreadable, empty or too short audio: ``--on-error fail`` (default) stops with t
 id and path; ``--on-error skip`` reports it on stderr, lists it in ``<out>/skipped.txt`` and
 leaves it out of feats.scp and utt2num_frames (other files of the data dir are untouched; run
 ``utils/fix_data_dir.sh`` or rely on the trainer, which only uses utterances with features).
+A failed run exits 1 with one line naming the file (and line or utterance) and leaves the
+outputs of an earlier run (archives, feats.scp, utt2num_frames) as they were.
 """
 from __future__ import annotations
 
@@ -44,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--channel", type=int, default=-1,
                     help="-1: mono audio, or the channel reco2file_and_channel names (A/1 = first); "
                          "N: use channel N (0-based) of every recording")
+    ap.add_argument("--allow-pipes", action="store_true",
+                    help="run wav.scp commands ('<utt> sph2pipe ... |') with bash, as Kaldi does; default: refuse "
+                         "them (a data dir's text is never executed unless you opt in)")
     ap.add_argument("--no-progress", action="store_true", help="no tqdm bars")
     g = ap.add_argument_group("fbank options (Kaldi names)")
     g.add_argument("--sample-rate", dest="sample_frequency", type=float, default=d.sample_frequency)
@@ -75,8 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = compute_fbank_dir(args.data, args.out, opts, nj=args.nj, channel=args.channel,
                                    on_rate_mismatch=args.on_rate_mismatch, on_error=args.on_error,
-                                   progress=not args.no_progress)
-    except (FeatureError, FileNotFoundError, ValueError) as e:
+                                   progress=not args.no_progress, allow_pipes=args.allow_pipes)
+    except (FeatureError, OSError, ValueError) as e:
         raise SystemExit(f"compute_fbank: {e}") from None
     out = args.out or f"{args.data}/data"
     n, frames = len(result.frames), sum(result.frames.values())

@@ -42,7 +42,7 @@ class UnitLM:
         conf = load_lm_conf([str(lm_dir / "config.yaml")], [])
         self.vocab = Vocabulary.load(Path(conf.data.dir) / conf.data.vocab)
         self.model = build_lm(conf, self.vocab)
-        self.model.load_state_dict(torch.load(lm_dir / "final.pt", map_location="cpu", weights_only=True))
+        load_weights(self.model, lm_dir / "final.pt", lm_dir / "config.yaml")
         self.model.eval()
         self.unk, self.eos = self.vocab.index[UNK], self.vocab.index[EOS]
         self.id_to_unit = id_to_unit
@@ -71,6 +71,22 @@ class UnitLM:
         return float(self._state(prefix)[0][self._lm_id(token)])
 
 
+def load_weights(model: torch.nn.Module, path: Path, conf_path: Path) -> None:
+    """``model.load_state_dict`` of ``path`` (``weights_only=True``); a checkpoint of another model
+    is a ValueError in one line naming both files."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unpickling errors have many types
+        raise ValueError(f"{path}: cannot be loaded with weights_only=True ({str(e).strip().splitlines()[0]}); "
+                         f"it is not a model written by gossip_accel's training") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+        raise ValueError(f"{path} does not fit the model of {conf_path} ({' '.join(lines[1:3])[:300]}); decode "
+                         f"with the config it was trained with") from None
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--exp-dir", required=True)
@@ -88,14 +104,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     for f in ("config.yaml", "final.pt"):
         if not (exp / f).is_file():
             raise SystemExit(f"decode_asr: {exp / f} not found; run the training stage first")
-    conf = load_conf([str(exp / "config.yaml")], [])
-    tok = Tokenizer(conf.data.lang)
-    utts, dropped = load_utterances(data, tok.encode)
-    cmvn = load_cmvn(conf)
-    model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
-    model.load_state_dict(torch.load(exp / "final.pt", map_location="cpu", weights_only=True))
-    model.eval()
-    lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
+    try:   # expected bad input: one line, no traceback (ConfigError and DataDirError are ValueErrors)
+        conf = load_conf([str(exp / "config.yaml")], [])
+        tok = Tokenizer(conf.data.lang)
+        utts, dropped = load_utterances(data, tok.encode)
+        cmvn = load_cmvn(conf)
+        model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
+        load_weights(model, exp / "final.pt", exp / "config.yaml")
+        model.eval()
+        lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
         raise SystemExit("decode_asr: --lm-dir needs --method beam (shallow fusion happens in the beam search)")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..data.units import DEFAULT_BPE_VOCAB, UNIT_TYPES, train_units
 
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="bpe only: number of units including <blk> and <unk>")
     ap.add_argument("--character-coverage", type=float, default=1.0)
     args = ap.parse_args(argv)
+    if not Path(args.text).is_file():
+        raise SystemExit(f"train_units: {args.text} not found: give the training set's Kaldi text file (<utt> <transcript>)")
     try:
         tok = train_units(args.text, args.lang_dir, args.unit_type, args.vocab_size, args.character_coverage)
     except (ValueError, FileNotFoundError) as e:

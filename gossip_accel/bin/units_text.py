@@ -31,16 +31,21 @@ def read_plain(path: Path) -> list[str]:
         raise SystemExit(f"units_text: {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lang-dir", required=True)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="Kaldi text file (<utt> <words>)")
     src.add_argument("--plain-text", help="one sentence per line, no utterance id (.gz allowed)")
     ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    tok = Tokenizer(args.lang_dir)
-    texts = read_table(Path(args.text)).values() if args.text else read_plain(Path(args.plain_text))
+    args = ap.parse_args(argv)
+    try:
+        tok = Tokenizer(args.lang_dir)
+        if args.text and not Path(args.text).is_file():
+            raise FileNotFoundError(f"{args.text} not found: give a Kaldi text file (<utt> <words>)")
+        texts = read_table(Path(args.text)).values() if args.text else read_plain(Path(args.plain_text))
+    except (FileNotFoundError, ValueError) as e:   # DataDirError is a ValueError
+        raise SystemExit(f"units_text: {e}") from None
     lines = [" ".join(tok.id_to_token(i) for i in tok.encode(t)) for t in texts]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from .kaldi_dir import read_table
+from .kaldi_dir import read_table, refuse_commands
 
 
 @dataclass
@@ -40,6 +40,8 @@ def load_utterances(
     for f in ("feats.scp", "utt2num_frames", "text"):
         if not (data_dir / f).is_file():
             raise FileNotFoundError(f"{data_dir / f} not found: run the feature stage for {data_dir} first")
+    refuse_commands(data_dir / "feats.scp", "feats.scp must name archives (file.ark:offset); "
+                                            "recompute it with gossip_accel.bin.compute_fbank")
     feats, frames, text = (read_table(data_dir / f) for f in ("feats.scp", "utt2num_frames", "text"))
     dropped = {"no_text": 0, "empty_tokens": 0, "too_long": 0, "too_short_for_ctc": 0}
     utts = []
@@ -99,9 +101,9 @@ def agree_on_steps(local_steps: int) -> int:
 
 def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> dict:
     """Padded features (B, T, D), their lengths, concatenated targets and target lengths."""
-    import kaldiio
+    from .features import load_feats
 
-    feats = [torch.tensor(kaldiio.load_mat(u.feats), dtype=torch.float32) for u in batch]
+    feats = [torch.tensor(load_feats(u.feats, u.utt), dtype=torch.float32) for u in batch]
     if cmvn is not None:
         mean, std = cmvn
         feats = [(f - mean) / std for f in feats]

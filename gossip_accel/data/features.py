@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import os
 import subprocess
 import sys
 import zlib
@@ -26,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import torch
 
-from .kaldi_dir import read_table
+from .kaldi_dir import DataDirError, is_command, read_table, refuse_commands, write_table
 
 INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
 
@@ -38,26 +39,46 @@ class FeatureError(RuntimeError):
 # Kaldi <key> <value...> tables are read by the data-dir module (errors name file and line).
 read_kaldi_map = read_table
 
+#: what to do about a wav.scp pipe (the fix named in the error)
+PIPE_FIX = ("write the audio file's path instead, or pass --allow-pipes to compute_fbank "
+            "(allow_pipes=True) if you trust this data dir: its commands are then run by bash, as Kaldi does")
+
+
+def load_feats(spec: str, where: str = "") -> np.ndarray:
+    """The feature matrix of a ``feats.scp`` value (``file.ark:offset`` or a path) with kaldiio,
+    refusing values that kaldiio would run as shell commands (``... |``): nothing in
+    gossip_accel executes text from a data file. ``where`` (e.g. ``data/x/feats.scp: utt``)
+    prefixes the error."""
+    import kaldiio
+
+    if is_command(spec):
+        raise DataDirError(f"{where or 'feature specifier'}: {spec!r} is a shell command; feats.scp must "
+                           f"name archives (file.ark:offset): recompute it with gossip_accel.bin.compute_fbank")
+    return kaldiio.load_mat(spec)
+
 
 # --------------------------------------------------------------------------- audio
 
 
-def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
+def read_audio(spec: str, utt: str = "?", allow_pipes: bool = False) -> tuple[np.ndarray, int]:
     """Samples (num_samples, channels) float32 in [-1, 1) and the sample rate of a wav.scp value.
 
     ``spec`` is a file soundfile reads (WAV, FLAC, NIST SPHERE...; shorten-compressed SPHERE
     through :func:`gossip_accel.data.sphere.read_sphere`) or a shell command ending in ``|``
     that writes such a file (normally WAV) to stdout, as in Kaldi's ``wav.scp`` (e.g.
-    ``sph2pipe -f wav -p -c 1 sw02001.sph |``). The command is run by ``bash -c``, as Kaldi
-    runs it: a data dir's ``wav.scp`` is a program, only use data dirs you trust. Only a value
-    ending in ``|`` is run; anything else is a path. Errors are :class:`FeatureError` naming
-    ``utt`` and ``spec``.
+    ``sph2pipe -f wav -p -c 1 sw02001.sph |``). A command is only run with ``allow_pipes``
+    (``compute_fbank --allow-pipes``), by ``bash -c`` as Kaldi runs it: such a ``wav.scp`` is a
+    program, only opt in for data dirs you trust; without it a command is a
+    :class:`FeatureError`. Only a value ending in ``|`` is a command; anything else is a path
+    (spaces and quotes included). Errors are :class:`FeatureError` naming ``utt`` and ``spec``.
     """
     import soundfile as sf
 
     spec = spec.strip()
     try:
-        if spec.endswith("|"):
+        if is_command(spec):
+            if not allow_pipes:
+                raise FeatureError(f"utterance {utt}: {spec!r} is a shell command; {PIPE_FIX}")
             cmd = spec[:-1].strip()
             proc = subprocess.run(["bash", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             if proc.returncode != 0:
@@ -67,6 +88,9 @@ def read_audio(spec: str, utt: str = "?") -> tuple[np.ndarray, int]:
             if not proc.stdout:
                 raise FeatureError(f"utterance {utt}: command {cmd!r} wrote no audio to stdout")
             data, rate = sf.read(io.BytesIO(proc.stdout), dtype="float32", always_2d=True)
+        elif not os.path.isfile(spec):
+            what = "is a directory, not an audio file" if os.path.isdir(spec) else "audio file not found"
+            raise FeatureError(f"utterance {utt}: {what}: {spec!r}")
         elif _is_shortened_sphere(spec):
             from .sphere import read_sphere
 
@@ -169,7 +193,8 @@ def compute_fbank(samples: np.ndarray | torch.Tensor, opts: FbankOptions, seed: 
 
 def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, on_rate_mismatch: str = "error",
                    segment: Optional[tuple[float, float]] = None,
-                   cache: Optional[dict] = None, default_channel: Optional[int] = None) -> torch.Tensor:
+                   cache: Optional[dict] = None, default_channel: Optional[int] = None,
+                   allow_pipes: bool = False) -> torch.Tensor:
     """Mono samples in 16-bit scale at ``opts.sample_frequency``, ready for :func:`compute_fbank`.
 
     ``channel`` -1 requires mono audio (as Kaldi's ``--channel=-1``); 0, 1... picks one.
@@ -178,11 +203,12 @@ def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, o
     ``on_rate_mismatch``: ``error`` or ``resample`` (torchaudio's sinc interpolation).
     ``segment`` = (start, end) seconds, end <= 0 meaning the end of the recording.
     ``cache`` (a dict) keeps the last recording read, for consecutive segments of one file.
+    ``allow_pipes``: run a ``wav.scp`` command (see :func:`read_audio`).
     """
     if cache is not None and cache.get("spec") == spec:
         data, rate = cache["audio"]
     else:
-        data, rate = read_audio(spec, utt)
+        data, rate = read_audio(spec, utt, allow_pipes)
         if cache is not None:
             cache.update(spec=spec, audio=(data, rate))
     if data.shape[1] > 1 and channel < 0 and default_channel is not None:
@@ -232,6 +258,8 @@ class Job:
     on_error: str = "fail"
     progress: bool = True
     channels: Optional[dict] = None  # utt -> 0-based channel (reco2file_and_channel), for multi-channel audio
+    allow_pipes: bool = False  # run wav.scp commands ("... |")
+    suffix: str = ""  # the job writes raw_fbank.<j>.{ark,scp}<suffix>; merge_jobs renames them
 
 
 @dataclass
@@ -288,7 +316,7 @@ def run_job(job: Job) -> JobResult:
 
     torch.set_num_threads(1)  # jobs run side by side, one core each
     out = Path(job.out_dir)
-    ark, scp = out / f"raw_fbank.{job.index}.ark", out / f"raw_fbank.{job.index}.scp"
+    ark, scp = out / f"raw_fbank.{job.index}.ark{job.suffix}", out / f"raw_fbank.{job.index}.scp{job.suffix}"
     frames: dict[str, int] = {}
     skipped: list[tuple[str, str]] = []
     cache: dict = {}
@@ -298,7 +326,7 @@ def run_job(job: Job) -> JobResult:
         for utt, spec, segment in bar:
             try:
                 wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache,
-                                     (job.channels or {}).get(utt))
+                                     (job.channels or {}).get(utt), job.allow_pipes)
                 feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
                 if feats.shape[0] == 0:
                     raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
@@ -316,14 +344,17 @@ def run_job(job: Job) -> JobResult:
 
 def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, opts: FbankOptions | None = None,
                       nj: int = 1, channel: int = -1, on_rate_mismatch: str = "error", on_error: str = "fail",
-                      progress: bool = True) -> JobResult:
+                      progress: bool = True, allow_pipes: bool = False) -> JobResult:
     """Features of every utterance of ``data_dir`` in ``nj`` parallel jobs; merge into the data dir.
 
     Writes ``<out>/raw_fbank.<j>.{ark,scp}`` (j = 1..nj), then ``<data>/feats.scp`` (sorted,
     absolute ark paths) and ``<data>/utt2num_frames``, and ``<out>/skipped.txt``
     (``<utt> <reason>`` per skipped utterance; empty if none). Returns the merged result
     (index 0). Raises :class:`FeatureError` for the first failing utterance unless
-    ``on_error == "skip"``. A stale feats.scp is removed first, so a failed run leaves none.
+    ``on_error == "skip"``. The jobs write temporary files that replace the outputs only when
+    every job succeeded, so a failed run leaves the outputs of an earlier run (archives,
+    ``feats.scp``, ``utt2num_frames``) byte-identical, or none if there were none.
+    ``wav.scp`` commands (``... |``) are refused, naming the line, unless ``allow_pipes``.
     """
     if on_error not in ("fail", "skip"):
         raise ValueError(f"on_error must be 'fail' or 'skip', got {on_error!r}")
@@ -333,41 +364,69 @@ def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, o
     out = Path(out_dir) if out_dir is not None else data_dir / "data"
     out = out.resolve()
     opts = opts or FbankOptions()
+    wav_scp = data_dir / "wav.scp"
+    if not wav_scp.is_file():
+        raise FeatureError(f"{wav_scp} not found: {data_dir} is not a Kaldi data dir with audio "
+                           f"(check it with utils/validate_data_dir.sh {data_dir})")
+    if not allow_pipes:
+        refuse_commands(wav_scp, PIPE_FIX)
     entries = utterance_entries(data_dir)
     if not entries:
-        raise ValueError(f"{data_dir}/wav.scp lists no utterances")
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("feats.scp", "utt2num_frames"):
-        (data_dir / stale).unlink(missing_ok=True)
-    parts = split_contiguous(entries, nj)
+        raise ValueError(f"{wav_scp} lists no utterances")
+    if "," in str(out):
+        raise ValueError(f"--out {out}: a path with ',' cannot be written in a Kaldi wspecifier "
+                         f"(ark,scp:<ark>,<scp>); choose a directory without ','")
     chans = utterance_channels(data_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = split_contiguous(entries, nj)
+    suffix = f".tmp{os.getpid()}"
     jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress,
-                {u: chans[u] for u, _, _ in part if u in chans} or None)
+                {u: chans[u] for u, _, _ in part if u in chans} or None, allow_pipes, suffix)
             for j, part in enumerate(parts)]
-    if len(jobs) == 1:
-        results = [run_job(jobs[0])]
-    else:
-        # fork where there is one: the workers inherit torch instead of importing it again
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(len(jobs)) as pool:
-            results = pool.map(run_job, jobs, chunksize=1)
-    return merge_jobs(data_dir, out, results)
+    try:
+        if len(jobs) == 1:
+            results = [run_job(jobs[0])]
+        else:
+            # fork where there is one: the workers inherit torch instead of importing it again
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            with multiprocessing.get_context(method).Pool(len(jobs)) as pool:
+                results = pool.map(run_job, jobs, chunksize=1)
+        return merge_jobs(data_dir, out, results, suffix)
+    except FeatureError as e:   # name the file the utterance comes from
+        raise FeatureError(f"{wav_scp}: {e}") from None
+    finally:
+        for job in jobs:   # what a failed run left behind (merge_jobs renamed them on success)
+            for kind in ("ark", "scp"):
+                (out / f"raw_fbank.{job.index}.{kind}{suffix}").unlink(missing_ok=True)
 
 
-def merge_jobs(data_dir: Path, out: Path, results: Sequence[JobResult]) -> JobResult:
-    """Sorted ``<data>/feats.scp`` and ``utt2num_frames`` from the job scps; ``<out>/skipped.txt``."""
+def merge_jobs(data_dir: Path, out: Path, results: Sequence[JobResult], suffix: str = "") -> JobResult:
+    """Sorted ``<data>/feats.scp`` and ``utt2num_frames`` from the job scps; ``<out>/skipped.txt``.
+
+    With ``suffix``, the jobs wrote ``raw_fbank.<j>.{ark,scp}<suffix>``: they are renamed to
+    their final names first (the scp values then name the final archives)."""
     scp_lines: dict[str, str] = {}
     for r in results:
-        scp_lines.update(read_kaldi_map(out / f"raw_fbank.{r.index}.scp"))
+        job_scp = read_kaldi_map(out / f"raw_fbank.{r.index}.scp{suffix}")
+        if suffix:
+            ark = str(out / f"raw_fbank.{r.index}.ark")
+            tmp_ark = ark + suffix
+            job_scp = {u: ark + v[len(tmp_ark):] for u, v in job_scp.items() if v.startswith(tmp_ark + ":")}
+        scp_lines.update(job_scp)
     frames = {u: n for r in results for u, n in r.frames.items()}
     skipped = [s for r in results for s in r.skipped]
     if set(scp_lines) != set(frames):
         raise RuntimeError(f"{out}: job scp files and frame counts disagree ({len(scp_lines)} vs {len(frames)} "
                            f"utterances); rerun the feature stage")
+    for r in results:
+        if suffix:
+            os.replace(out / f"raw_fbank.{r.index}.ark{suffix}", out / f"raw_fbank.{r.index}.ark")
+            write_table(out / f"raw_fbank.{r.index}.scp", {u: v for u, v in scp_lines.items() if u in r.frames})
+            (out / f"raw_fbank.{r.index}.scp{suffix}").unlink()
     keys = sorted(scp_lines)
-    (data_dir / "feats.scp").write_text("".join(f"{u} {scp_lines[u]}\n" for u in keys), encoding="utf-8")
-    (data_dir / "utt2num_frames").write_text("".join(f"{u} {frames[u]}\n" for u in keys), encoding="utf-8")
-    (out / "skipped.txt").write_text("".join(f"{u} {reason}\n" for u, reason in skipped), encoding="utf-8")
+    write_table(data_dir / "feats.scp", {u: scp_lines[u] for u in keys})
+    write_table(data_dir / "utt2num_frames", {u: str(frames[u]) for u in keys})
+    write_table(out / "skipped.txt", [(u, " ".join(reason.split())) for u, reason in skipped])
     return JobResult(0, {u: frames[u] for u in keys}, skipped)
 
 
@@ -405,6 +464,8 @@ def load_global_cmvn(path: str | Path, var_floor: float = 1e-10) -> tuple[torch.
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run gossip_accel.bin.compute_cmvn on the training data dir")
+    if is_command(str(path)):
+        raise ValueError(f"{path}: a shell command, not a CMVN stats file; give the file written by compute_cmvn")
     try:
         stats = np.asarray(kaldiio.load_mat(str(path)), dtype=np.float64)
     except Exception:

@@ -4,7 +4,9 @@ A data directory holds one table per file, one ``<key> <value>`` line per entry,
 key in C-locale byte order (= code-point order for UTF-8), keys unique and without
 whitespace. The value is **the rest of the line** after the first run of whitespace
 (trailing whitespace removed), so a ``wav.scp`` path may contain spaces; a ``wav.scp`` value
-ending in ``|`` is a shell command whose stdout is the audio (Kaldi's pipes).
+ending in ``|`` is a shell command whose stdout is the audio (Kaldi's pipes); validation
+accepts it without running it, and ``compute_fbank`` runs it only with ``--allow-pipes``
+(:func:`refuse_commands`: nothing runs text from a data file unless the user opts in).
 
 | file | key | value |
 |---|---|---|
@@ -113,6 +115,23 @@ def write_table(path: str | Path, table: Mapping[str, str] | Iterable[tuple[str,
         for k, v in items:
             f.write(f"{k} {v}\n" if v != "" else f"{k}\n")
     os.replace(tmp, path)
+
+
+def is_command(value: str) -> bool:
+    """A table value that Kaldi (and kaldiio) would run as a shell command: ``cmd |`` (read
+    from a pipe) or ``| cmd`` (write to one)."""
+    v = value.strip()
+    return v.endswith("|") or v.startswith("|")
+
+
+def refuse_commands(path: str | Path, fix: str) -> None:
+    """Raise :class:`DataDirError` naming the first line of ``path`` whose value is a shell
+    command (``... |``). Nothing in gossip_accel runs text from a data file unless the user
+    opts in (``fix`` tells how, or what to write instead)."""
+    for e in read_entries(path):
+        if is_command(e.value):
+            raise DataDirError(f"{path}:{e.line}: {e.key}: the value {e.value!r} is a shell command (a Kaldi pipe); "
+                               f"commands in data files are not run: {fix}")
 
 
 def read_wav_scp(path) -> dict[str, str]:
@@ -440,7 +459,8 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
     speakers (``spk2gender``) still used; writes every table sorted. The original files go to
     ``<dir>/.backup/`` first; the dropped utterances with their reasons to
     ``<dir>/.backup/dropped.txt`` and to ``log`` (a text stream; default sys.stderr; None: silent). Raises DataDirError when the directory has
-    neither ``utt2spk`` nor ``spk2utt`` or a table is not UTF-8."""
+    neither ``utt2spk`` nor ``spk2utt``, a table is not UTF-8, or no utterance would be left;
+    then nothing in the directory is changed."""
     d = Path(path)
     if not d.is_dir():
         raise DataDirError(f"{d}: not a directory")
@@ -450,9 +470,6 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
     for f in present:                     # every table must be readable before anything is touched
         _decode(d / f)
     backup = d / ".backup"
-    backup.mkdir(exist_ok=True)
-    for f in present:
-        shutil.copy2(d / f, backup / f)
 
     rep = FixReport()
     t = {f: _first_wins(d / f, rep, "key") for f in present}
@@ -521,6 +538,13 @@ def fix_data_dir(path: str | Path, check_audio: bool = True, audio_base: str | P
     keep = sorted(everything - set(reasons))
     rep.kept = len(keep)
     rep.dropped = sorted((u, "; ".join(r)) for u, r in reasons.items())
+    if not keep:                          # nothing would be left: change nothing, say why
+        first = f" (first: {rep.dropped[0][0]}: {rep.dropped[0][1]})" if rep.dropped else ""
+        raise DataDirError(f"{d}: every utterance would be dropped ({rep.before} of {rep.before}){first}; "
+                           f"nothing was changed: fix the data preparation")
+    backup.mkdir(exist_ok=True)
+    for f in present:
+        shutil.copy2(d / f, backup / f)
 
     # write back
     u2s_kept = {u: u2s[u] for u in keep}

@@ -5,6 +5,7 @@ words), which is what an adaptive softmax needs: its head is the first ``cutoffs
 """
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -12,6 +13,10 @@ from typing import Iterator, Sequence
 import torch
 
 UNK, EOS = "<unk>", "<eos>"
+
+
+class LMDataError(ValueError):
+    """An LM text or vocabulary file that cannot be used; the message names the file and line."""
 
 
 class Vocabulary:
@@ -53,20 +58,26 @@ class Vocabulary:
         return cls(words, freq)
 
     def save(self, path: str | Path) -> None:
-        with open(path, "w", encoding="utf-8") as f:
+        """``<word> <count>`` lines, written atomically (temporary file + rename)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(tmp, "w", encoding="utf-8") as f:
             for w, c in zip(self.words, self.counts):
                 f.write(f"{w} {c}\n")
+        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
         words, counts = [], []
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = line.split()
-                if len(parts) != 2 or not parts[1].isdigit():
-                    raise ValueError(f"{path}:{lineno}: expected '<word> <count>', got {line.rstrip()!r}")
-                words.append(parts[0])
-                counts.append(int(parts[1]))
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"vocabulary {path} not found: run gossip_accel.bin.prepare_lm first")
+        for lineno, line in _utf8_lines(path):
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise LMDataError(f"{path}:{lineno}: expected '<word> <count>', got {line.rstrip()!r}")
+            words.append(parts[0])
+            counts.append(int(parts[1]))
         return cls(words, counts)
 
     def encode(self, lines: Iterator[list[str]]) -> torch.Tensor:
@@ -79,11 +90,35 @@ def read_lines(path: str | Path) -> Iterator[list[str]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"LM text file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            toks = line.split()
-            if toks:
-                yield toks + [EOS]
+    for _, line in _utf8_lines(path):
+        toks = line.split()
+        if toks:
+            yield toks + [EOS]
+
+
+def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a UTF-8 file; a line that is not UTF-8 is an :class:`LMDataError`
+    naming the file, the line and the byte."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                yield n, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise LMDataError(f"{path}:{n}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                  f"convert the file, e.g. iconv -f latin1 -t utf-8") from None
+
+
+def check_text(path: str | Path) -> int:
+    """Number of tokens of an LM text file; :class:`LMDataError` (naming the file and line) if a
+    line is not UTF-8 or the file holds no token at all."""
+    n = sum(len(toks) - 1 for toks in read_lines(path))
+    if n == 0:
+        raise empty_text_error(path)
+    return n
+
+
+def empty_text_error(path: str | Path) -> LMDataError:
+    return LMDataError(f"{path}: no tokens (empty or blank lines only); give one sentence or paragraph per line")
 
 
 def shard(ids: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:

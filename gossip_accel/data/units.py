@@ -22,6 +22,7 @@ LibriSpeech train-clean-5, 1.5k sentences) or sentencepiece refuses ("Vocabulary
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -68,10 +69,17 @@ def train_units(text_path: str | Path, lang_dir: str | Path, unit_type: str = "b
     except RuntimeError as e:
         hint = " (lower --vocab-size: the corpus is too small for that many units)" if "ocab" in str(e) else ""
         raise ValueError(f"sentencepiece training on {text_path} failed: {e}{hint}") from None
-    (lang_dir / "bpe.model").write_bytes(model.getvalue())
+    _replace_bytes(lang_dir / "bpe.model", model.getvalue())
     tok = Tokenizer(lang_dir / "bpe.model")
     tok.write_tokens(lang_dir / "tokens.txt")
     return tok
+
+
+def _replace_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` atomically (temporary file + rename): readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 class Tokenizer:
@@ -84,12 +92,16 @@ class Tokenizer:
         import sentencepiece as spm
 
         path = Path(model)
-        if path.is_dir():
+        if path.is_dir() or (not path.exists() and path.suffix != ".model"):   # a lang dir
             path = path / "bpe.model"
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: run gossip_accel.bin.train_units first")
         self.path = path
-        self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(path))
+        except (RuntimeError, OSError) as e:
+            raise ValueError(f"{path}: not a sentencepiece model ({str(e).strip() or type(e).__name__}); "
+                             f"train it with gossip_accel.bin.train_units") from None
         if not (self.sp.id_to_piece(BLANK_ID) == BLANK and self.sp.is_control(BLANK_ID)
                 and self.sp.unk_id() == UNK_ID):
             raise ValueError(f"{path}: not a CTC unit model (expected {BLANK} at id 0 and {UNK} at id 1); "
@@ -124,4 +136,4 @@ class Tokenizer:
 
     def write_tokens(self, path: str | Path) -> None:
         """``<symbol> <id>`` per line, ids 0..vocab_size-1."""
-        Path(path).write_text("".join(f"{t} {i}\n" for i, t in enumerate(self.tokens)), encoding="utf-8")
+        _replace_bytes(Path(path), "".join(f"{t} {i}\n" for i, t in enumerate(self.tokens)).encode("utf-8"))

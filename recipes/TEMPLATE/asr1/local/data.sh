@@ -20,17 +20,17 @@ help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
 [ -n "${GOSSIP_ROOT:-}" ] || die "source path.sh first"
-ls_local=$GOSSIP_ROOT/recipes/librispeech/asr1/local
+ls_local="$GOSSIP_ROOT/recipes/librispeech/asr1/local"
 
 if [ -z "$corpus_root" ]; then
   corpus_root=data/example_corpus
   command -v flite >/dev/null || die "the example corpus needs flite: apt-get install flite"
-  python $ls_local/make_mini_librispeech.py --out $corpus_root --train-utts $train_utts --eval-utts $eval_utts --jobs $nj
+  python "$ls_local/make_mini_librispeech.py" --out "$corpus_root" --train-utts "$train_utts" --eval-utts "$eval_utts" --jobs "$nj"
 fi
-set -- $test_sets
+set -- $test_sets   # word splitting wanted: a list of set names
 [ $# -eq 1 ] || die "this example makes one test set, got --test-sets '$test_sets'"
 for pair in "train-clean-100 $train_set" "dev-clean $dev_set" "test-clean $test_sets"; do
   read -r src dst <<< "$pair"
   log "  $corpus_root/$src -> data/$dst"
-  python $ls_local/data_prep.py --src $corpus_root/$src --out data/$dst
+  python "$ls_local/data_prep.py" --src "$corpus_root/$src" --out "data/$dst"
 done

@@ -16,8 +16,8 @@ help_message="Usage: local/data.sh [options]"
 . utils/log.sh
 [ -n "${GOSSIP_ROOT:-}" ] || die "source path.sh first"
 if [ -z "$corpus_root" ]; then
-  python $GOSSIP_ROOT/recipes/wikitext103/lm1/local/make_mini.py --src $GOSSIP_ROOT/local/data/wiki_mini --out $out
+  python "$GOSSIP_ROOT/recipes/wikitext103/lm1/local/make_mini.py" --src "$GOSSIP_ROOT/local/data/wiki_mini" --out "$out"
 else
-  mkdir -p $out
-  for s in train valid test; do cp $corpus_root/wiki.$s.tokens $out/; done   # replace with your conversion
+  mkdir -p "$out"
+  for s in train valid test; do cp "$corpus_root/wiki.$s.tokens" "$out/"; done   # replace with your conversion
 fi

@@ -19,7 +19,9 @@ Output, each file sorted (C order):
   ``--wav-style path`` (default) the .sph path itself: gossip_accel reads shortened SPHERE and
   takes the side's channel from ``reco2file_and_channel``; ``sph2pipe``: Kaldi's
   ``sph2pipe -f wav -p -c 1 <sph> |``; ``sox``: ``sox <sph> -t wav -e signed -b 16 - remix 1 |``
-  (sox cannot read shortened files: only for uncompressed copies);
+  (sox cannot read shortened files: only for uncompressed copies). The two pipe styles are
+  commands that ``gossip_accel.bin.compute_fbank`` runs only with ``--allow-pipes`` (it refuses
+  to execute text from a data file otherwise, naming the line; docs/RELIABILITY.md);
 * ``reco2file_and_channel``: ``sw02001-A sw02001 A`` (side A = channel 1, B = channel 2);
 * ``text`` (normalized, see :func:`map_words`), ``utt2spk`` (speaker = conversation side, as
   in Kaldi), ``spk2utt``.
