@@ -1,20 +1,26 @@
 """What every training entry point shares: Accelerate set-up, the synchronizer (or the DDP
-baseline with its byte counter), per-epoch per-rank checkpoints with exact resume, and the
-traffic summary.
+baseline with its byte counter), per-rank checkpoints (epoch ends and every
+``checkpoint_every_steps`` steps) with exact resume, the collective timeout, the restart
+count, and the traffic summary.
 
-    run = DistributedRun(model, optimizer, sync_cfg, exp_dir)
-    start_epoch, extra = run.resume()          # newest complete checkpoint, if any
+    run = DistributedRun(model, optimizer, sync_cfg, exp_dir, checkpoint_every_steps=50)
+    start_epoch, extra = run.resume()          # newest complete checkpoint every rank verified
     for epoch in range(start_epoch, epochs + 1):
-        for batch in ...:
+        for i, batch in enumerate(...):
+            if i < run.start_batch(epoch): continue           # resumed inside this epoch
             loss = run.model(...); run.accelerator.backward(loss); run.optimizer.step(); run.after_step()
+            run.save_step(epoch, i + 1, steps, lambda: {...})  # mid-epoch checkpoint when due
         run.save(epoch, extra={...})
     run.finish()                               # final average (Algorithm 1, line 20)
     traffic = run.traffic()                    # bytes per worker, mean over workers
 """
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -24,6 +30,8 @@ from omegaconf.errors import OmegaConfBaseException
 from . import checkpoint as ckpt
 from .comm import Counter
 from .config import ConfigError, SyncConfig, apply_overrides
+from .faults import guard
+from .health import clear_optimizer_state
 
 
 def load_structured(schema: Any, paths: list[str], overrides: list[str]) -> Any:
@@ -40,6 +48,24 @@ def load_structured(schema: Any, paths: list[str], overrides: list[str]) -> Any:
         except (OmegaConfBaseException, TypeError, ValueError) as e:
             raise ConfigError(f"bad config {path}: {e}") from e
     return apply_overrides(conf, overrides)
+
+
+@dataclass
+class RunConf:
+    """The ``train.*`` keys every trainer shares (DistributedRun's options)."""
+
+    cpu: Optional[bool] = None
+    checkpoint: bool = True  # per-rank checkpoints under <exp-dir>/checkpoints
+    resume: bool = True  # continue from the newest complete checkpoint in <exp-dir>
+    keep_checkpoints: int = 3  # the newest K complete checkpoints stay, older ones are removed
+    checkpoint_every_steps: int = 0  # also inside epochs, every N steps (0: epoch ends only)
+    collective_timeout: float = 1800.0  # seconds a collective waits for a peer before CollectiveTimeout
+
+
+def run_options(train: Any) -> dict:
+    """DistributedRun's keyword arguments from a ``train`` section (a :class:`RunConf`)."""
+    return {"cpu": train.cpu, "checkpoint": train.checkpoint, "keep_checkpoints": train.keep_checkpoints,
+            "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout}
 
 
 OPTIMIZERS = ("adagrad", "adam", "adamw", "ngsgd", "sgd")
@@ -82,17 +108,59 @@ def entry_args(doc: str, argv: Optional[list[str]] = None):
     return ap.parse_intermixed_args(argv)
 
 
+def init_process_group(cpu: bool, collective_timeout: timedelta, join_timeout: float = 900.0) -> None:
+    """Join the launcher's process group (env://) before Accelerate would, for two reasons:
+
+    * joining may take long (workers of a restarted job import torch at different speeds), a
+      collective may not: the group is created with ``join_timeout`` and then set to
+      ``collective_timeout`` (``train.collective_timeout``) for everything after;
+    * in a job the elastic agent restarted (TORCHELASTIC_RESTART_COUNT = k > 0) the group
+      lives under the store prefix ``attempt<k>``: under static rendezvous (torchrun
+      --master-port, accelerate launch) the agent keeps one TCPStore for all attempts, and
+      the gloo addresses of the dead attempt would be found first ("Gloo connectFullMesh
+      failed ... Connection refused").
+
+    Accelerate skips its own ``init_process_group`` when a group exists. Launchers without
+    MASTER_ADDR/RANK (e.g. mpirun) are left to Accelerate, and so are GPU jobs in their first
+    attempt (the GPU path here, gloo + NCCL, is not tested on GPUs yet).
+    """
+    env = os.environ
+    restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if (int(env.get("WORLD_SIZE", "1")) < 2 or "MASTER_ADDR" not in env or "RANK" not in env
+            or not dist.is_available() or dist.is_initialized() or not (cpu or restart)):
+        return
+    join = timedelta(seconds=max(join_timeout, collective_timeout.total_seconds()))
+    store, rank, world = next(dist.rendezvous("env://", timeout=join))
+    if restart:
+        store = dist.PrefixStore(f"gossip_accel/attempt{restart}", store)
+    if not cpu:
+        torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
+    dist.init_process_group("gloo" if cpu else "cpu:gloo,cuda:nccl", store=store, rank=rank, world_size=world,
+                            timeout=join)
+    dist.set_timeout(collective_timeout)
+
+
 class DistributedRun:
     """Accelerator + prepared model/optimizer + synchronizer or DDP counter + checkpoints."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_cfg: SyncConfig,
-                 exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True):
+                 exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
+                 keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0):
         from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
 
         from .integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
         cpu = cpu if cpu is not None else not torch.cuda.is_available()
-        self.accelerator = Accelerator(cpu=cpu)
+        if keep_checkpoints < 1:
+            raise ConfigError(f"train.keep_checkpoints={keep_checkpoints}: keep at least 1")
+        if checkpoint_every_steps < 0:
+            raise ConfigError(f"train.checkpoint_every_steps={checkpoint_every_steps}: use 0 (epoch ends only) or more")
+        if not collective_timeout > 0:
+            raise ConfigError(f"train.collective_timeout={collective_timeout}: seconds, > 0 (default 1800)")
+        init_process_group(cpu, timedelta(seconds=collective_timeout))
+        timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout))
+        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.core = self.accelerator.unwrap_model(self.model)
@@ -100,10 +168,17 @@ class DistributedRun:
         self.exp = Path(exp_dir)
         self.ckpt_root = self.exp / "checkpoints"
         self.checkpoint = checkpoint
+        self.keep_checkpoints, self.every_steps = keep_checkpoints, checkpoint_every_steps
+        self.resumed_at: Optional[tuple[int, int]] = None  # (epoch, next batch) of a mid-epoch checkpoint
+        self.restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        if self.restarts:
+            self.accelerator.print(f"[train] restart {self.restarts} of this job (TORCHELASTIC_RESTART_COUNT)")
         self.ddp_counter = Counter()
         self.sync = None
         if sync_cfg.enabled:
             self.sync = AccelerateSynchronizer(self.accelerator, self.model, sync_cfg)
+            # sync.nonfinite=reset: a reset replica's optimizer state (momentum, Adam moments) is NaN too
+            self.sync.on_reset = lambda names: clear_optimizer_state(self.optimizer, self.core, names)
         elif self.world > 1:
             self.model.register_comm_hook(self.ddp_counter, counting_allreduce_hook)
         self.sync_cfg = sync_cfg
@@ -134,43 +209,83 @@ class DistributedRun:
         """Mean over workers of a few scalars (every rank gets the same numbers)."""
         t = torch.tensor(values, dtype=torch.float64)
         if self.world > 1:
-            dist.all_reduce(t)
+            with guard("all-reduce", "epoch statistics", range(self.world)):
+                dist.all_reduce(t)
             t /= self.world
         return t.tolist()
 
+    def barrier(self, what: str) -> None:
+        if self.world > 1:
+            with guard("barrier", what, range(self.world)):
+                dist.barrier()
+
     # -- checkpoints ----------------------------------------------------------------------
-    def save(self, epoch: int, extra: dict) -> None:
-        """This rank's state after ``epoch``; the epoch counts as complete once all ranks wrote."""
-        if not self.checkpoint:
-            return
+    def _write(self, epoch: int, extra: dict, epoch_end: bool) -> None:
+        """This rank's state; the checkpoint counts once every rank wrote (rank 0 marks it done,
+        then prunes to the newest ``keep_checkpoints``)."""
+        where = ckpt.checkpoint_dir(self.ckpt_root, epoch, self.step, epoch_end)
         ckpt.atomic_save({
             "world_size": self.world, "epoch": epoch, "step": self.step, "model": self.core.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else {},
             "sync": self.sync.state_dict() if self.sync is not None else {},
             "ddp_counter": vars(self.ddp_counter).copy(), "rng": ckpt.rng_state(), "extra": extra,
-        }, ckpt.epoch_dir(self.ckpt_root, epoch) / f"rank{self.rank}.pt")
-        self.accelerator.wait_for_everyone()
+        }, where / f"rank{self.rank}.pt", checksum=True)
+        self.barrier(f"checkpoint {where.name}")
         if self.is_main:
-            (ckpt.epoch_dir(self.ckpt_root, epoch) / "done").write_text(f"{self.step}\n")
+            ckpt.mark_done(where, epoch, self.step, self.world, epoch_end)
+            ckpt.prune(self.ckpt_root, self.keep_checkpoints)
+
+    def save(self, epoch: int, extra: dict) -> None:
+        """The checkpoint after ``epoch`` (``extra``: the trainer's own state, e.g. history)."""
+        if self.checkpoint:
+            self._write(epoch, extra, epoch_end=True)
+
+    def save_step(self, epoch: int, next_batch: int, steps: int, extra: Callable[[], dict]) -> None:
+        """Call after every step: a mid-epoch checkpoint every ``checkpoint_every_steps`` steps
+        (not at the epoch's last step: the epoch-end one follows). ``extra()`` is the trainer's
+        state, including its position in the epoch (``next_batch`` is stored here)."""
+        if not (self.checkpoint and self.every_steps and self.step % self.every_steps == 0 and next_batch < steps):
+            return
+        self._write(epoch, {**extra(), "next_batch": next_batch}, epoch_end=False)
+
+    def start_batch(self, epoch: int) -> int:
+        """The first batch to run in ``epoch``: >0 in the epoch a mid-epoch checkpoint resumed."""
+        return self.resumed_at[1] if self.resumed_at is not None and self.resumed_at[0] == epoch else 0
 
     def resume(self, enabled: bool = True) -> tuple[int, dict]:
-        """Load the newest complete checkpoint; returns (first epoch to run, extra state)."""
-        epoch = ckpt.latest_complete(self.ckpt_root) if enabled else None
-        if epoch is None:
+        """Load the newest complete checkpoint every rank verified; returns (first epoch to run,
+        extra state). After a mid-epoch checkpoint that is its epoch, and :meth:`start_batch`
+        says where in it to continue. A corrupted newest checkpoint is reported and skipped; one
+        of another model or world size is refused (:class:`gossip_accel.checkpoint.CheckpointError`)."""
+        found = ckpt.select(self.ckpt_root, self.world, self.accelerator.print) if enabled else None
+        if found is None:
+            if enabled and self.restarts:
+                self.accelerator.print("[train] no complete checkpoint to resume from: starting at step 0")
             return 1, {}
-        state = ckpt.load_rank(self.ckpt_root, epoch, self.rank, self.world)
+        entry, state = found
+        path = entry.path / f"rank{self.rank}.pt"
+        ckpt.check_fits(path, self.core, state["model"])
         self.core.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+        except (ValueError, KeyError, RuntimeError) as e:
+            raise ckpt.CheckpointError(f"{path}: optimizer/scheduler state does not fit ({e}): it was written with "
+                                       "another train.optimizer; use a new --exp-dir or train.resume=false") from e
         if self.sync is not None:
             self.sync.load_state_dict(state["sync"])
         self.ddp_counter = Counter(**state["ddp_counter"])
         ckpt.set_rng_state(state["rng"])
         self.step = state["step"]
-        self.accelerator.print(f"[train] resumed from {ckpt.epoch_dir(self.ckpt_root, epoch)} (step {self.step})")
-        return epoch + 1, state["extra"]
+        extra = state["extra"]
+        where = "end of epoch" if entry.epoch_end else f"epoch {entry.epoch}, batch {extra.get('next_batch')}"
+        self.accelerator.print(f"[train] resumed from {entry.path} (step {self.step}, {where})")
+        if entry.epoch_end:
+            return entry.epoch + 1, extra
+        self.resumed_at = (entry.epoch, int(extra["next_batch"]))
+        return entry.epoch, extra
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self) -> None:
@@ -192,6 +307,7 @@ class DistributedRun:
             "name": name, "algorithm": self.sync_cfg.algorithm if self.sync is not None else name,
             "periods": periods_label(self.sync_cfg) if self.sync is not None else "(1)",
             "workers": self.world, "parameters": n_params, "epochs": epochs, "steps_per_worker": self.step,
+            "restarts": self.restarts,
             "train_seconds": train_seconds, "steps_per_second": self.step / max(train_seconds, 1e-9),
             **self.traffic(), "history": history, "sync": OmegaConf.to_container(OmegaConf.structured(self.sync_cfg)),
         }

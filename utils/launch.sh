@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Start N training workers with `accelerate launch` (default) or torchrun, on one or several machines.
 #
-#   utils/launch.sh [--num-workers 4] [--launcher accelerate|torchrun] [--port 29500] \
+#   utils/launch.sh [--num-workers 4] [--launcher accelerate|torchrun] [--port 29500] [--max-restarts 0] \
 #       -- -m gossip_accel.bin.train_lm --config conf/x.yaml --exp-dir exp/x sync.period=8
+#
+# --max-restarts N: when a worker dies (killed, out of memory) or fails (a CollectiveTimeout
+# because a peer hangs), the launcher stops the others and starts the whole job again, up to
+# N times; the trainers resume from their newest complete checkpoint (train.checkpoint_every_steps
+# makes those frequent) and write the count ("restarts") into results.json.
 #
 #   # two machines, 4 workers each (8 in all): run the same command on both, with its node rank
 #   utils/launch.sh --num-workers 4 --num-nodes 2 --node-rank 0 --master-addr 10.0.0.1 -- ...   # on 10.0.0.1
@@ -29,11 +34,12 @@ node_rank=0
 master_addr=127.0.0.1   # the address of node 0 (its --port must be reachable from every node)
 launcher=accelerate
 port=29500
+max_restarts=0
 help_message="Usage: utils/launch.sh [options] -- <python args: -m module or script.py ...>"
 . "$(dirname "${BASH_SOURCE[0]}")/parse_options.sh"
 [ "${1:-}" = "--" ] && shift
 [ $# -gt 0 ] || { echo "$help_message" >&2; exit 1; }
-case $num_workers$num_nodes$node_rank in *[!0-9]*) echo "launch.sh: --num-workers, --num-nodes and --node-rank must be integers" >&2; exit 1 ;; esac
+case $num_workers$num_nodes$node_rank$max_restarts in *[!0-9]*) echo "launch.sh: --num-workers, --num-nodes, --node-rank and --max-restarts must be integers" >&2; exit 1 ;; esac
 [ "$num_nodes" -ge 1 ] && [ "$num_workers" -ge 1 ] || { echo "launch.sh: --num-workers and --num-nodes must be >= 1" >&2; exit 1; }
 [ "$node_rank" -lt "$num_nodes" ] || { echo "launch.sh: --node-rank $node_rank must be below --num-nodes $num_nodes" >&2; exit 1; }
 # called outside a recipe (path.sh not sourced): use the project's environment
@@ -45,19 +51,23 @@ case $launcher in
     if [ "$num_nodes" -gt 1 ]; then
       exec accelerate launch --multi_gpu --num_processes "$total" --num_machines "$num_nodes" \
         --machine_rank "$node_rank" --main_process_ip "$master_addr" --main_process_port "$port" \
-        --mixed_precision no --dynamo_backend no ${ACCELERATE_EXTRA:-} "$@"
+        --max_restarts "$max_restarts" --mixed_precision no --dynamo_backend no ${ACCELERATE_EXTRA:-} "$@"
     fi
     if [ "$num_workers" -gt 1 ]; then
       exec accelerate launch --multi_gpu --num_processes "$num_workers" --num_machines 1 \
-        --mixed_precision no --dynamo_backend no --main_process_port "$port" ${ACCELERATE_EXTRA:-} "$@"
+        --mixed_precision no --dynamo_backend no --main_process_port "$port" --max_restarts "$max_restarts" \
+        ${ACCELERATE_EXTRA:-} "$@"
     fi
+    # one process: no elastic agent, so no restarts (rerun the command: it resumes)
+    [ "$max_restarts" = 0 ] || echo "launch.sh: --max-restarts needs 2+ workers (one worker has no elastic agent); ignored" >&2
     exec accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
       --dynamo_backend no ${ACCELERATE_EXTRA:-} "$@" ;;
   torchrun)
     if [ "$num_nodes" -gt 1 ]; then
       exec torchrun --nnodes "$num_nodes" --node_rank "$node_rank" --nproc_per_node "$num_workers" \
-        --master_addr "$master_addr" --master_port "$port" ${TORCHRUN_EXTRA:-} "$@"
+        --master_addr "$master_addr" --master_port "$port" --max-restarts "$max_restarts" ${TORCHRUN_EXTRA:-} "$@"
     fi
-    exec torchrun --nnodes 1 --nproc_per_node "$num_workers" --master_port "$port" ${TORCHRUN_EXTRA:-} "$@" ;;
+    exec torchrun --nnodes 1 --nproc_per_node "$num_workers" --master_port "$port" --max-restarts "$max_restarts" \
+      ${TORCHRUN_EXTRA:-} "$@" ;;
   *) echo "launch.sh: --launcher must be accelerate or torchrun, got '$launcher'" >&2; exit 1 ;;
 esac

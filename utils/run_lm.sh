@@ -3,12 +3,15 @@
 #
 #   utils/run_lm.sh --data data/lm --exp exp --confs "conf/mini.yaml conf/period_16_128.yaml" \
 #       --algorithms "single ma bmuf local_bmuf gossip_bmuf gossip_ma" --num-workers 4 \
-#       [--stage 2 --stop-stage 4] [--periods 16_128] [-- extra trainer overrides]
+#       [--stage 2 --stop-stage 4] [--periods 16_128] [--max-restarts 3] [-- extra trainer overrides]
 #
 # Algorithms: single (one worker, no sync), ddp (gradient all-reduce every step), or any
 # sync.algorithm (ma, bmuf, local_ma, local_bmuf, gossip_ma, gossip_bmuf). Each run goes to
 # <exp>/<algorithm>-<periods>-n<workers> (single-n1, ddp-n<N>); a finished run has a .done marker
-# and is skipped; an interrupted one resumes from its last epoch checkpoint.
+# and is skipped; an interrupted one resumes from its last checkpoint (epoch ends, and every
+# train.checkpoint_every_steps steps). --max-restarts N: a worker that dies or hangs (see
+# train.collective_timeout) makes the launcher restart the job by itself, up to N times; the
+# count is logged after training and written to results.json ("restarts").
 # Several machines (sharing the recipe dir, as Kaldi recipes do): run the same command on each
 # with --num-nodes N --node-rank R --master-addr <node 0>; --num-workers is per node; a node
 # with --node-rank > 0 runs stage 2 only (its workers join node 0's job; node 0 writes results).
@@ -26,6 +29,7 @@ node_rank=0
 master_addr=127.0.0.1
 launcher=accelerate
 port=29521
+max_restarts=0
 epochs=""
 help_message="Usage: utils/run_lm.sh [options] [-- trainer overrides such as train.lr=0.05]"
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,6 +53,9 @@ if [ "$node_rank" != 0 ]; then
   [ $stage -le 2 ] && [ $stop_stage -ge 2 ] || { log "node $node_rank: nothing to do outside stage 2"; exit 0; }
   stop_stage=2
 fi
+restarts_of() {  # restarts_of RESULTS_JSON -> the trainer's restart count
+  python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("restarts", 0))' "$1"
+}
 dirs=()
 for algo in $algorithms; do dirs+=("$(run_dir "$algo")"); done
 
@@ -74,7 +81,8 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
     [ -n "$epochs" ] && sync_args+=(train.epochs="$epochs")
     mkdir -p "$dir"
     log "Stage 2: training '$algo' with $workers worker(s) x $num_nodes node(s) ($launcher) -> $dir (log: $train_log)"
-    "$here/launch.sh" --num-workers "$workers" ${nodes[@]+"${nodes[@]}"} --launcher "$launcher" --port "$port" -- \
+    "$here/launch.sh" --num-workers "$workers" ${nodes[@]+"${nodes[@]}"} --launcher "$launcher" --port "$port" \
+      --max-restarts "$max_restarts" -- \
       -m gossip_accel.bin.train_lm "${conf_args[@]}" --exp-dir "$dir" --name "$(basename "$dir")" \
       data.dir="$data" "${sync_args[@]}" ${extra[@]+"${extra[@]}"} 2>&1 \
       | tee -a "$train_log" | grep --line-buffered '^\[train_lm\]' || true
@@ -86,6 +94,7 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
       grep -E 'Error|error:' "$train_log" | grep -v Warning | sort -u | tail -n 5 >&2 || true
       die "training '$algo' failed; see $dir/train.log"
     fi
+    log "Stage 2: '$algo' trained; restarts after a failed worker: $(restarts_of "$dir/results.json")"
     touch "$dir/.done"
   done
 fi

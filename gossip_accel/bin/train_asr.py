@@ -12,8 +12,10 @@ rate while the CV loss drops by at least ``start_halving_impr`` (1%), then halve
 epoch, stop when the CV loss drops by less than ``end_halving_impr`` (0.1%) or at
 ``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV loss does
 (Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs before the
-CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs before a stop. Writes ``results.json``, TensorBoard scalars, per-epoch per-rank checkpoints
-(a rerun resumes exactly) and the worker-averaged ``final.pt`` to ``--exp-dir``.
+CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs before a stop. Writes ``results.json``, TensorBoard scalars, per-rank checkpoints at
+epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a launcher restart
+resumes exactly: batch position, SpecAugment generator, RNG states) and the worker-averaged
+``final.pt`` to ``--exp-dir``.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from omegaconf import OmegaConf
 
 from .. import shutdown
 from ..data.asr import agree_on_steps, collate, epoch_batches, load_utterances, make_batches, spec_augment
+from ..trainer import RunConf
 
 
 @dataclass
@@ -57,7 +60,7 @@ class ASRModelConf:
 
 
 @dataclass
-class ASRTrainConf:
+class ASRTrainConf(RunConf):
     max_epochs: int = 20
     min_epochs: int = 1
     keep_lr_epochs: int = 0
@@ -71,9 +74,6 @@ class ASRTrainConf:
     seed: int = 1
     max_steps_per_epoch: Optional[int] = None
     log_every: int = 20
-    cpu: Optional[bool] = None
-    checkpoint: bool = True
-    resume: bool = True
 
 
 @dataclass
@@ -171,7 +171,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from tqdm import tqdm
 
     from ..config import load_sync_config
-    from ..trainer import DistributedRun, make_optimizer
+    from ..trainer import DistributedRun, make_optimizer, run_options
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     from ..data.units import Tokenizer
@@ -184,7 +184,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_optimizer(conf.train.optimizer, model, conf.train.lr, conf.train.weight_decay)
-    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), conf.train.cpu, None, conf.train.checkpoint)
+    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), **run_options(conf.train))
     if run.is_main:
         OmegaConf.save(conf, run.exp / "config.yaml")
     name = args.name or run.default_name()
@@ -212,9 +212,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         steps = agree_on_steps(min(len(mine), conf.train.max_steps_per_epoch or len(mine)))
         gen = torch.Generator().manual_seed(conf.train.seed * 1_000_003 + epoch * 101 + run.rank)
         run.model.train()
-        loss_sum, tok_sum = 0.0, 0.0
-        bar = tqdm(total=steps, desc=f"{name} epoch {epoch}", disable=not run.is_main, mininterval=2.0)
-        for b in mine[:steps]:
+        skip = run.start_batch(epoch)
+        mid = extra.get("epoch_state", {}) if skip else {}  # resumed inside this epoch
+        loss_sum, tok_sum = mid.get("loss", 0.0), mid.get("tokens", 0.0)
+        if "generator" in mid:
+            gen.set_state(mid["generator"])
+        bar = tqdm(total=steps, initial=skip, desc=f"{name} epoch {epoch}", disable=not run.is_main, mininterval=2.0)
+        for i, b in enumerate(mine[:steps]):
+            if i < skip:
+                continue
             batch = collate(b, cmvn)
             x = batch["feats"]
             if conf.specaugment.enabled:
@@ -236,6 +242,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                 for k, v in run.metrics().items():
                     writer.add_scalar(k, v, run.step)
                 bar.set_postfix(loss=f"{loss_sum / tok_sum:.3f}")
+            run.save_step(epoch, i + 1, steps, lambda: {
+                "history": history, "train_seconds": train_seconds + time.perf_counter() - start,
+                "schedule": schedule.state_dict(), "stopped": False,
+                "epoch_state": {"loss": loss_sum, "tokens": tok_sum, "generator": gen.get_state()}})
         bar.close()
         train_seconds += time.perf_counter() - start
         cv_total, cv_tokens = cv_loss(run.core, valid_batches, cmvn, ctc)

@@ -8,9 +8,10 @@ Every worker trains its own replica on its contiguous 1/n of the training stream
 ``sync.enabled=false`` gives the plain DDP baseline (gradient all-reduce every step), whose
 bytes are counted by a DDP comm hook with the same ring accounting as the synchronizer.
 Writes ``results.json`` (perplexities, traffic, time, per-epoch history), TensorBoard
-scalars under ``tensorboard/``, per-epoch per-rank checkpoints under ``checkpoints/`` (a
-rerun with the same ``--exp-dir`` resumes from the newest complete one, exactly) and the
-final averaged model ``final.pt`` to ``--exp-dir``.
+scalars under ``tensorboard/``, per-rank checkpoints under ``checkpoints/`` at epoch ends and
+every ``train.checkpoint_every_steps`` steps (a rerun with the same ``--exp-dir``, or a
+restart by the launcher, resumes from the newest complete one exactly: data position, LSTM
+state, RNG states) and the final averaged model ``final.pt`` to ``--exp-dir``.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .. import shutdown
 from ..config import ConfigError
 from ..data.lm import Vocabulary, batchify, bptt_windows, num_windows, read_lines, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
-from ..trainer import make_optimizer  # noqa: F401  (also the name bench/cluster imports from here)
+from ..trainer import RunConf, make_optimizer  # noqa: F401  (also the name bench/cluster imports from here)
 
 
 @dataclass
@@ -53,7 +54,7 @@ class ModelConf:
 
 
 @dataclass
-class TrainConf:
+class TrainConf(RunConf):
     epochs: int = 20
     streams: int = 16
     bptt: int = 40
@@ -64,9 +65,6 @@ class TrainConf:
     seed: int = 1
     max_steps_per_epoch: Optional[int] = None
     log_every: int = 50
-    cpu: Optional[bool] = None
-    checkpoint: bool = True  # per-epoch, per-rank checkpoints under <exp-dir>/checkpoints
-    resume: bool = True  # continue from the newest complete checkpoint in <exp-dir>
 
 
 @dataclass
@@ -118,7 +116,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     from tqdm import tqdm
 
     from ..config import load_sync_config
-    from ..trainer import DistributedRun
+    from ..data.asr import agree_on_steps
+    from ..trainer import DistributedRun, run_options
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     data_dir = Path(conf.data.dir)
@@ -129,7 +128,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_optimizer(conf.train.optimizer, model, conf.train.lr)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, conf.train.lr_decay)
-    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), conf.train.cpu, sched, conf.train.checkpoint)
+    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), scheduler=sched, **run_options(conf.train))
     if run.is_main:
         OmegaConf.save(conf, run.exp / "config.yaml")
     train = batchify(shard(vocab.encode(read_lines(data_dir / conf.data.train)), run.rank, run.world),
@@ -137,7 +136,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     valid = batchify(vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
 
     train_windows = num_windows(train, conf.train.bptt)
-    steps_per_epoch = min(train_windows, conf.train.max_steps_per_epoch or train_windows)
+    # equal shards give equal counts; the all-reduce keeps any rank from waiting in a sync round
+    steps_per_epoch = agree_on_steps(min(train_windows, conf.train.max_steps_per_epoch or train_windows))
     name = args.name or run.default_name()
     first_epoch, extra = run.resume(conf.train.resume)
     history, train_seconds = extra.get("history", []), extra.get("train_seconds", 0.0)
@@ -150,11 +150,16 @@ def main(argv: Optional[list[str]] = None) -> None:
     for epoch in range(first_epoch, conf.train.epochs + 1):
         start = time.perf_counter()
         run.model.train()
-        state, run_loss, run_n = None, 0.0, 0
-        bar = tqdm(total=steps_per_epoch, desc=f"{name} epoch {epoch}", disable=not run.is_main, mininterval=2.0)
+        skip = run.start_batch(epoch)
+        mid = extra.get("epoch_state", {}) if skip else {}  # resumed inside this epoch
+        state, run_loss, run_n = mid.get("hidden"), mid.get("loss", 0.0), mid.get("n", 0)
+        bar = tqdm(total=steps_per_epoch, initial=skip, desc=f"{name} epoch {epoch}", disable=not run.is_main,
+                   mininterval=2.0)
         for i, (x, y) in enumerate(bptt_windows(train, conf.train.bptt)):
             if i >= steps_per_epoch:
                 break
+            if i < skip:
+                continue
             if state is not None:
                 state = tuple(s.detach() for s in state)
             loss, state = run.model(x, y, state)
@@ -172,6 +177,9 @@ def main(argv: Optional[list[str]] = None) -> None:
                 for k, v in run.metrics().items():
                     writer.add_scalar(k, v, run.step)
                 bar.set_postfix(loss=f"{run_loss / run_n:.3f}")
+            run.save_step(epoch, i + 1, steps_per_epoch, lambda: {
+                "history": history, "train_seconds": train_seconds + time.perf_counter() - start,
+                "epoch_state": {"hidden": tuple(s.detach() for s in state), "loss": run_loss, "n": run_n}})
         bar.close()
         sched.step()
         train_seconds += time.perf_counter() - start

@@ -33,6 +33,7 @@ node_rank=0
 master_addr=127.0.0.1   # node 0's address
 launcher=accelerate     # or torchrun
 port=29561
+max_restarts=0          # a worker that dies or hangs: the launcher restarts the job up to N times
 use_lm=true
 lm_conf=conf/lm_units.yaml
 lm_text=""              # LM text, one sentence per line (default: the training transcripts)
@@ -52,7 +53,8 @@ help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=2e-
 if [ $stage -le 0 ] && [ $stop_stage -ge 0 ] && [ "$node_rank" = 0 ]; then
   [ -x local/data.sh ] || die "local/data.sh is missing (or not executable): it prepares data/$train_set, data/$dev_set, data/{$test_sets}"
   log "Stage 0: local/data.sh -> data/$train_set, data/$dev_set, data/{${test_sets// /,}}"
-  local/data.sh --nj $nj --train-set $train_set --dev-set $dev_set --test-sets "$test_sets" $data_opts
+  read -r -a opts <<< "$data_opts"   # --data-opts "--a 1 --b 2": several options, split into words
+  local/data.sh --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets" ${opts[@]+"${opts[@]}"}
 fi
 
 if [ $stage -le 1 ] && [ $stop_stage -ge 1 ] && [ "$node_rank" = 0 ]; then
@@ -65,11 +67,11 @@ fi
 
 if [ $stop_stage -ge 2 ]; then
   utils/run_asr.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage \
-    --train-set $train_set --dev-set $dev_set --test-sets "$test_sets" \
+    --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets" \
     --nj $nj --sample-rate $sample_rate --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size \
-    --conf $conf --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes \
-    --node-rank $node_rank --master-addr $master_addr --launcher $launcher --port $port \
-    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" --decode-methods "$decode_methods" \
-    --score-hook "$score_hook" --exp $exp -- "$@"
+    --conf "$conf" --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes \
+    --node-rank $node_rank --master-addr "$master_addr" --launcher "$launcher" --port "$port" --max-restarts "$max_restarts" \
+    --use-lm $use_lm --lm-conf "$lm_conf" --lm-text "$lm_text" --decode-methods "$decode_methods" \
+    --score-hook "$score_hook" --exp "$exp" -- "$@"
 fi
 log "Done."

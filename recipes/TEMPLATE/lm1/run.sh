@@ -29,6 +29,7 @@ node_rank=0
 master_addr=127.0.0.1
 launcher=accelerate     # or torchrun
 port=29571
+max_restarts=0          # a worker that dies or hangs: the launcher restarts the job up to N times
 epochs=""               # overrides train.epochs of the conf
 data_opts=""            # more options for local/data.sh
 data=data/lm
@@ -45,12 +46,13 @@ help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=0.0
 if [ $stage -le 0 ] && [ $stop_stage -ge 0 ] && [ "$node_rank" = 0 ]; then
   [ -x local/data.sh ] || die "local/data.sh is missing (or not executable): it writes $src/wiki.{train,valid,test}.tokens"
   log "Stage 0: local/data.sh -> $src"
-  local/data.sh --out $src $data_opts
+  read -r -a opts <<< "$data_opts"   # --data-opts "--a 1 --b 2": several options, split into words
+  local/data.sh --out "$src" ${opts[@]+"${opts[@]}"}
 fi
 
 if [ $stage -le 1 ] && [ $stop_stage -ge 1 ] && [ "$node_rank" = 0 ]; then
   log "Stage 1: vocabulary of $src -> $data"
-  python -m gossip_accel.bin.prepare_lm --src $src --out $data --min-count $min_count
+  python -m gossip_accel.bin.prepare_lm --src "$src" --out "$data" --min-count "$min_count"
 fi
 
 if [ $stop_stage -ge 2 ]; then
@@ -60,7 +62,7 @@ if [ $stop_stage -ge 2 ]; then
   fi
   utils/run_lm.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage --data "$data" --exp "$exp" \
     --confs "$conf conf/period_${periods}.yaml" --periods "$periods" --algorithms "$algorithms" \
-    --num-workers "$num_workers" ${multinode[@]+"${multinode[@]}"} --launcher "$launcher" --port "$port" \
+    --num-workers "$num_workers" ${multinode[@]+"${multinode[@]}"} --launcher "$launcher" --port "$port" --max-restarts "$max_restarts" \
     --epochs "$epochs" -- "$@"
 fi
 log "Done."

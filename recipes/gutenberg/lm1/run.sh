@@ -27,6 +27,7 @@ node_rank=0
 master_addr=127.0.0.1   # node 0's address
 launcher=accelerate     # or torchrun
 port=29531
+max_restarts=0          # a worker that dies or hangs: the launcher restarts the job up to N times
 epochs=""               # overrides train.epochs of the conf
 data=data/lm
 exp=exp
@@ -55,6 +56,6 @@ if [ $stop_stage -ge 2 ]; then
   utils/run_lm.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage --data "$data" --exp "$exp" \
     --confs "$conf conf/period_${periods}.yaml" --periods "$periods" --algorithms "$algorithms" \
     --num-workers "$num_workers" --num-nodes "$num_nodes" --node-rank "$node_rank" --master-addr "$master_addr" \
-    --launcher "$launcher" --port "$port" --epochs "$epochs" -- "$@"
+    --launcher "$launcher" --port "$port" --max-restarts "$max_restarts" --epochs "$epochs" -- "$@"
 fi
 log "Done."

@@ -32,6 +32,7 @@ node_rank=0
 master_addr=127.0.0.1   # node 0's address
 launcher=accelerate
 port=29541
+max_restarts=0          # a worker that dies or hangs: the launcher restarts the job up to N times
 use_lm=true
 lm_conf=conf/lm_units.yaml
 decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm
@@ -58,12 +59,12 @@ if [ -z "$root" ]; then
         || die "could not install flite; install it with 'apt-get install flite'"
     fi
     # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
-    python local/make_mini_librispeech.py --out $root --train-utts $mini_train_utts \
-      --eval-utts $mini_eval_utts --jobs $nj
+    python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" \
+      --eval-utts "$mini_eval_utts" --jobs "$nj"
     # its LM corpus (librispeech-lm-norm.txt's counterpart): the rest of the Wikipedia text, dev/test held out
-    python local/make_lm_text.py --corpus $root --out $root/librispeech-lm-norm.txt
+    python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
   fi
-  if [ -z "$lm_text" ] && [ -f $root/librispeech-lm-norm.txt ]; then lm_text=$root/librispeech-lm-norm.txt; fi
+  if [ -z "$lm_text" ] && [ -f "$root/librispeech-lm-norm.txt" ]; then lm_text=$root/librispeech-lm-norm.txt; fi
 fi
 
 if [ $stage -le 1 ] && [ $stop_stage -ge 1 ] && [ "$node_rank" = 0 ]; then
@@ -79,11 +80,11 @@ fi
 if [ $stop_stage -ge 2 ]; then
   [ -n "$vocab_size" ] || vocab_size=300
   utils/run_asr.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage \
-    --train-set ${train_set//-/_} --dev-set ${dev_set//-/_} --test-sets "$(echo ${test_sets//-/_})" \
-    --nj $nj --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size --conf $conf \
+    --train-set "${train_set//-/_}" --dev-set "${dev_set//-/_}" --test-sets "$(echo ${test_sets//-/_})" \
+    --nj $nj --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size --conf "$conf" \
     --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes --node-rank $node_rank \
-    --master-addr $master_addr --launcher $launcher --port $port \
-    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" \
-    --decode-methods "$decode_methods" --exp $exp -- "$@"
+    --master-addr "$master_addr" --launcher "$launcher" --port "$port" --max-restarts "$max_restarts" \
+    --use-lm $use_lm --lm-conf "$lm_conf" --lm-text "$lm_text" \
+    --decode-methods "$decode_methods" --exp "$exp" -- "$@"
 fi
 log "Done."

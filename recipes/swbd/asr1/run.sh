@@ -42,6 +42,7 @@ node_rank=0
 master_addr=127.0.0.1   # node 0's address
 launcher=accelerate
 port=29551
+max_restarts=0          # a worker that dies or hangs: the launcher restarts the job up to N times
 use_lm=true
 lm_conf=conf/lm_units.yaml
 decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm
@@ -71,10 +72,10 @@ if [ -z "$swbd_root" ]; then
       { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq flite; } >&2 \
         || die "could not install flite; install it with 'apt-get install flite'"
     fi
-    python local/make_mini_swbd.py --out $root --train-convs $mini_train_convs --segs-per-side $mini_segs_per_side \
-      --eval-convs $mini_eval_convs --eval-segs-per-side $mini_eval_segs_per_side --jobs $nj
+    python local/make_mini_swbd.py --out "$root" --train-convs "$mini_train_convs" --segs-per-side "$mini_segs_per_side" \
+      --eval-convs "$mini_eval_convs" --eval-segs-per-side "$mini_eval_segs_per_side" --jobs "$nj"
   fi
-  if [ -z "$lm_text" ] && [ -f $root/lm_text.txt ]; then lm_text=$root/lm_text.txt; fi
+  if [ -z "$lm_text" ] && [ -f "$root/lm_text.txt" ]; then lm_text=$root/lm_text.txt; fi
 else
   [ -n "$eval2000_speech" ] && [ -n "$eval2000_transcripts" ] \
     || die "--swbd-root needs --eval2000-speech (LDC2002S09) and --eval2000-transcripts (LDC2002T43)"
@@ -98,10 +99,11 @@ fi
 if [ $stop_stage -ge 2 ]; then
   utils/run_asr.sh --stage $(( stage > 2 ? stage : 2 )) --stop-stage $stop_stage \
     --train-set train_nodup --dev-set train_dev --test-sets "eval2000_swbd eval2000_callhome" \
+    --allow-pipes "$([ "$wav_style" = path ] && echo false || echo true)" \
     --nj $nj --sample-rate $sample_rate --num-mel-bins $num_mel_bins --unit-type $unit_type --vocab-size $vocab_size \
-    --conf $conf --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes \
-    --node-rank $node_rank --master-addr $master_addr --launcher $launcher --port $port \
-    --use-lm $use_lm --lm-conf $lm_conf --lm-text "$lm_text" --decode-methods "$decode_methods" \
-    --score-hook local/score.sh --exp $exp -- "$@"
+    --conf "$conf" --algorithms "$algorithms" --num-workers $num_workers --num-nodes $num_nodes \
+    --node-rank $node_rank --master-addr "$master_addr" --launcher "$launcher" --port "$port" --max-restarts "$max_restarts" \
+    --use-lm $use_lm --lm-conf "$lm_conf" --lm-text "$lm_text" --decode-methods "$decode_methods" \
+    --score-hook local/score.sh --exp "$exp" -- "$@"
 fi
 log "Done."
