@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "ComponentRule": "config", "ConfigError": "config", "SyncConfig": "config", "load_sync_config": "config",
     "SyncedOptimizer": "sync", "Synchronizer": "sync",
+    "HierarchicalSynchronizer": "hierarchical", "make_synchronizer": "hierarchical",
     "FullTopology": "topology", "RingTopology": "topology", "TopologyError": "topology",
 }
 

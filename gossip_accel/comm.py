@@ -5,7 +5,8 @@ with torch.distributed and counts, per component, the bytes sent and received an
 seconds spent. Byte accounting:
 
 * ``allreduce_mean`` counts what a ring all-reduce (the algorithm NCCL and gloo use for
-  large buffers) transmits per worker: 2 (n-1)/n * nbytes sent and the same received.
+  large buffers) transmits per worker: 2 (n-1)/n * nbytes sent and the same received. With a
+  bf16/fp16 wire (``sync.exchange_dtype``) nbytes are the wire's: half of fp32's.
 * ``exchange`` counts the exact payload of every ``isend`` / ``irecv``.
 * ``reduce_sum`` / ``gather`` (to one rank) and ``scatter`` / ``broadcast`` (from one rank), the
   collectives of the parameter-server algorithms in lock-step mode, count the direct model:
@@ -25,6 +26,8 @@ from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
+
+from .faults import guard
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Communicator:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.stats = CommStats()
+        self._wire_buffers: dict = {}  # (name, wire dtype, padded numel) -> buffers of _allreduce_mean_wire
 
     @contextmanager
     def accounting(self, stats: CommStats):
@@ -123,18 +127,63 @@ class Communicator:
     def _global(self, group_rank: int) -> int:
         return group_rank if self.group is None else dist.get_global_rank(self.group, group_rank)
 
-    def allreduce_mean(self, name: str, buffer: torch.Tensor) -> None:
-        """buffer <- mean over the group's ranks (in place)."""
+    def _all(self) -> list[int]:
+        """The global ranks of the group (the peers of a collective, for timeout errors)."""
+        return [self._global(r) for r in range(self.world_size)]
+
+    def allreduce_mean(self, name: str, buffer: torch.Tensor, wire_dtype: Optional[torch.dtype] = None) -> None:
+        """buffer <- mean over the group's ranks (in place).
+
+        With a ``wire_dtype`` other than the buffer's (``sync.exchange_dtype``) the mean travels in
+        that dtype: :meth:`_allreduce_mean_wire`.
+        """
+        if wire_dtype is not None and wire_dtype != buffer.dtype and self.world_size > 1:
+            return self._allreduce_mean_wire(name, buffer, wire_dtype)
         start = time.perf_counter()
-        dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group)
+        with guard("all-reduce", name, self._all(), self.group):
+            dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group)
         buffer.div_(self.world_size)
         moved = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), self.world_size)
+        self.stats.add(name, moved, moved, time.perf_counter() - start)
+
+    def _allreduce_mean_wire(self, name: str, buffer: torch.Tensor, dtype: torch.dtype) -> None:
+        """buffer <- r(sum_k r(buffer^k) / n): the mean over the group with a bf16/fp16 wire.
+
+        A reduce-scatter (``all_to_all_single``: rank j receives chunk j of every rank, in the wire
+        dtype) whose chunk owner sums the n copies in fp32 in rank order
+        (:func:`~gossip_accel.precision.wire_sum_mean`), then an all-gather of the rounded means.
+        Two roundings per element, none of them inside the sum (a bf16 ``all_reduce`` would round
+        every partial sum, in an order that depends on gloo's algorithm), and the same bytes as a
+        ring all-reduce of the wire dtype: 2 (n-1) chunks sent and received per rank, chunk =
+        ceil(numel / n) elements (the buffer is zero-padded to n chunks).
+        """
+        from .precision import wire_sum_mean
+
+        start = time.perf_counter()
+        n, numel = self.world_size, buffer.numel()
+        chunk = -(-numel // n)
+        key = (name, dtype, n * chunk)
+        if key not in self._wire_buffers:  # allocated at the first sync of the component, then reused
+            self._wire_buffers[key] = (torch.zeros(n * chunk, dtype=dtype, device=buffer.device),
+                                       torch.empty(n * chunk, dtype=dtype, device=buffer.device),
+                                       torch.empty(chunk, dtype=torch.float32, device=buffer.device),
+                                       torch.empty(chunk, dtype=dtype, device=buffer.device))
+        send, recv, mean, mean_wire = self._wire_buffers[key]
+        send[:numel].copy_(buffer.reshape(-1))
+        send[numel:].zero_()
+        with guard("all-reduce", name, self._all(), self.group):
+            dist.all_to_all_single(recv, send, group=self.group)
+            wire_sum_mean(list(recv.view(n, chunk).unbind(0)), mean)
+            dist.all_gather(list(send.view(n, chunk).unbind(0)), mean_wire.copy_(mean), group=self.group)
+        buffer.reshape(-1).copy_(send[:numel])
+        moved = 2.0 * (n - 1) * chunk * send.element_size()
         self.stats.add(name, moved, moved, time.perf_counter() - start)
 
     def broadcast(self, name: str, buffer: torch.Tensor, src: int = 0) -> None:
         """buffer <- rank ``src``'s buffer (group rank)."""
         start = time.perf_counter()
-        dist.broadcast(buffer, src=self._global(src), group=self.group)
+        with guard("broadcast", name, [self._global(src)], self.group):
+            dist.broadcast(buffer, src=self._global(src), group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         sent = nbytes * (self.world_size - 1) if self.rank == src else 0
         self.stats.add(name, sent, 0 if self.rank == src else nbytes, time.perf_counter() - start)
@@ -142,7 +191,8 @@ class Communicator:
     def reduce_sum(self, name: str, buffer: torch.Tensor, dst: int = 0) -> None:
         """buffer on rank ``dst`` <- sum over the group's ranks (other ranks' buffers are scratch)."""
         start = time.perf_counter()
-        dist.reduce(buffer, dst=self._global(dst), op=dist.ReduceOp.SUM, group=self.group)
+        with guard("reduce", name, self._all(), self.group):
+            dist.reduce(buffer, dst=self._global(dst), op=dist.ReduceOp.SUM, group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         root = self.rank == dst
         self.stats.add(name, 0 if root else nbytes, nbytes * (self.world_size - 1) if root else 0,
@@ -152,7 +202,8 @@ class Communicator:
         """Rank ``dst`` receives every rank's ``buffer`` in ``gather_list`` (in group-rank order)."""
         start = time.perf_counter()
         root = self.rank == dst
-        dist.gather(buffer, gather_list if root else None, dst=self._global(dst), group=self.group)
+        with guard("gather", name, self._all() if root else [self._global(dst)], self.group):
+            dist.gather(buffer, gather_list if root else None, dst=self._global(dst), group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         self.stats.add(name, 0 if root else nbytes, nbytes * (self.world_size - 1) if root else 0,
                        time.perf_counter() - start)
@@ -161,7 +212,8 @@ class Communicator:
         """Every rank k receives ``scatter_list[k]`` of rank ``src`` into ``buffer``."""
         start = time.perf_counter()
         root = self.rank == src
-        dist.scatter(buffer, scatter_list if root else None, src=self._global(src), group=self.group)
+        with guard("scatter", name, self._all() if root else [self._global(src)], self.group):
+            dist.scatter(buffer, scatter_list if root else None, src=self._global(src), group=self.group)
         nbytes = buffer.numel() * buffer.element_size()
         self.stats.add(name, nbytes * (self.world_size - 1) if root else 0, 0 if root else nbytes,
                        time.perf_counter() - start)
@@ -187,7 +239,8 @@ class Communicator:
             for src, rbuf in zip(it.recv_from, it.recv_buffers):
                 ops.append(dist.P2POp(dist.irecv, rbuf, self._global(src), self.group, it.tag))
         start = time.perf_counter()
-        works = dist.batch_isend_irecv(ops) if ops else []
+        with guard("exchange", _names(items), _peers(items, self._global), self.group):
+            works = dist.batch_isend_irecv(ops) if ops else []
         return PendingExchange(list(items), works, time.perf_counter() - start, stats=self.stats)
 
     def exchange_finish(self, pending: "PendingExchange") -> None:
@@ -195,8 +248,9 @@ class Communicator:
         if pending.done:
             return
         start = time.perf_counter()
-        for work in pending.works:
-            work.wait()
+        with guard("exchange", _names(pending.items), _peers(pending.items, self._global), self.group):
+            for work in pending.works:
+                work.wait()
         pending.done = True
         items = pending.items
         if not pending.works:
@@ -208,6 +262,14 @@ class Communicator:
             nbytes = it.buffer.numel() * it.buffer.element_size()
             share = (len(it.send_to) + len(it.recv_from)) * it.buffer.numel() / total
             stats.add(it.name, len(it.send_to) * nbytes, len(it.recv_from) * nbytes, seconds * share)
+
+
+def _names(items: Sequence[Exchange]) -> str:
+    return ", ".join(it.name for it in items)
+
+
+def _peers(items: Sequence[Exchange], to_global) -> list[int]:
+    return sorted({to_global(r) for it in items for r in (*it.send_to, *it.recv_from)})
 
 
 @dataclass

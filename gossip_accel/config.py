@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 #: Algorithm 1 of 000 (full graph or ring), one collective/exchange per sync of a component
@@ -43,6 +43,8 @@ ADPSGD_ALGORITHMS = ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")
 ASYNC_ALGORITHMS = ("easgd_async", "asgd") + ADPSGD_ALGORITHMS
 ALGORITHMS = PERIODIC_ALGORITHMS + SERVER_ALGORITHMS + ADPSGD_ALGORITHMS
 BUFFER_POLICIES = ("average", "local", "broadcast")
+#: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/health.py)
+NONFINITE_POLICIES = ("reset", "raise", "ignore")
 
 
 class ConfigError(ValueError):
@@ -71,6 +73,61 @@ class ComponentRule:
     per_match: bool = False
 
 
+#: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/precision.py)
+EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
+#: ``sync.hierarchy.carriers``: which local rank of a group carries component i between groups
+CARRIER_POLICIES = ("balanced", "round_robin")
+#: ``sync.hierarchy.group_size`` words: one group per node (``node`` insists on several nodes)
+GROUP_WORDS = ("node", "auto")
+
+
+@dataclass
+class HierarchyConfig:
+    """Hierarchical synchronization (gossip_accel/hierarchical.py; docs/ALGORITHMS.md).
+
+    ``group_size``: ``null`` or 1 = flat (every rank is a replica); an int g = consecutive ranks
+    [j g, (j+1) g) form group j; ``node`` = one group per node (g = LOCAL_WORLD_SIZE, set by
+    torchrun and accelerate launch; an error on one node); ``auto`` = ``node`` when the launch
+    spans several nodes, flat otherwise. Inside a group gradients are all-reduced every step;
+    between groups the configured algorithm runs on the component's carrier, local rank
+    ``carriers`` = ``balanced`` (greedy by bytes, largest component first) or ``round_robin``
+    (component i on local rank i mod g).
+    """
+
+    group_size: Any = None
+    carriers: str = "balanced"
+
+    def resolved_group_size(self, world: int, env: Optional[dict] = None) -> int:
+        """g for a run of ``world`` processes (1 = flat); errors name the key and the fix."""
+        g = self.group_size
+        env = os.environ if env is None else env
+        if g is None:
+            return 1
+        if isinstance(g, str) and g in GROUP_WORDS:
+            local = env.get("LOCAL_WORLD_SIZE")
+            if local is None or not str(local).isdigit() or int(local) < 1:
+                if g == "auto":
+                    return 1
+                raise ConfigError(
+                    "sync.hierarchy.group_size=node needs LOCAL_WORLD_SIZE (set by torchrun and accelerate "
+                    "launch); launch with one of them or give the group size as an int")
+            g = int(local)
+            if g >= world and self.group_size == "auto":
+                return 1  # one node: nothing between nodes
+        if not isinstance(g, int) or isinstance(g, bool):
+            raise ConfigError(f"sync.hierarchy.group_size={self.group_size!r}; give null (flat), an int "
+                              f"(ranks per group) or one of {', '.join(GROUP_WORDS)}")
+        if g < 1:
+            raise ConfigError(f"sync.hierarchy.group_size={g} must be >= 1 (null or 1: flat)")
+        if g > 1 and world % g:
+            raise ConfigError(f"sync.hierarchy.group_size={g} does not divide the {world} processes of this run; "
+                              f"give a divisor of {world} (every group needs the same number of ranks)")
+        if g > 1 and world // g < 2:
+            raise ConfigError(f"sync.hierarchy.group_size={g} with {world} processes makes {world // g} group: "
+                              "hierarchical sync needs at least 2 groups; lower group_size or set it to null (flat)")
+        return g
+
+
 @dataclass
 class SyncConfig:
     """Everything the :class:`~gossip_accel.sync.Synchronizer` needs (see docs/ALGORITHMS.md)."""
@@ -92,6 +149,9 @@ class SyncConfig:
     track_divergence: bool = True
     broadcast_initial: bool = True
     enabled: bool = True
+    nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
+    exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
+    hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
     # -- EASGD (eq. 8-9 of 001): alpha = eta * lambda --------------------------------------
     easgd_alpha: Optional[float] = None   # alpha itself; default 0.9 / n (beta = n alpha = 0.9)
     easgd_lambda: Optional[float] = None  # lambda of eq. 7; with easgd_eta gives alpha = eta * lambda
@@ -171,6 +231,10 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.period={cfg.period} must be >= 1 (a sync every H steps)")
     if cfg.buffers not in BUFFER_POLICIES:
         raise ConfigError(f"sync.buffers={cfg.buffers!r}; choose one of {', '.join(BUFFER_POLICIES)}")
+    if cfg.nonfinite not in NONFINITE_POLICIES:
+        raise ConfigError(
+            f"sync.nonfinite={cfg.nonfinite!r}; choose one of {', '.join(NONFINITE_POLICIES)} "
+            "(reset: drop and reset a NaN/inf worker; raise: stop with an error; ignore: no check)")
     if cfg.block_momentum is not None and not 0.0 <= cfg.block_momentum < 1.0:
         raise ConfigError(f"sync.block_momentum={cfg.block_momentum} must be in [0, 1)")
     if cfg.momentum_rule_c <= 0:
@@ -214,6 +278,10 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.p={cfg.p} must be >= 1")
     if cfg.q is not None and cfg.q < 1:
         raise ConfigError(f"sync.q={cfg.q} must be >= 1")
+    if cfg.p is not None and cfg.q is not None and cfg.q > 2 * cfg.p:
+        raise ConfigError(f"sync.q={cfg.q} > 2 * sync.p = {2 * cfg.p}: a node has only 2p ring neighbours "
+                          f"(Definition 1); lower sync.q or raise sync.p")
+    _validate_wire_and_hierarchy(cfg)
     if not cfg.components:
         raise ConfigError("sync.components is empty; give at least one rule, e.g. {name: all}")
     names = set()
@@ -228,10 +296,36 @@ def validate(cfg: SyncConfig) -> None:
         names.add(rule.name)
 
 
+def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
+    """sync.exchange_dtype and sync.hierarchy: values, and the algorithms they work with."""
+    if cfg.exchange_dtype not in EXCHANGE_DTYPES:
+        raise ConfigError(f"sync.exchange_dtype={cfg.exchange_dtype!r}; choose one of {', '.join(EXCHANGE_DTYPES)}")
+    if cfg.exchange_dtype != "float32" and cfg.algorithm not in PERIODIC_ALGORITHMS:
+        raise ConfigError(
+            f"sync.exchange_dtype={cfg.exchange_dtype} is implemented for {', '.join(PERIODIC_ALGORITHMS)}; "
+            f"{cfg.algorithm} exchanges fp32 (its server/pairwise messages are not cast): set sync.exchange_dtype=float32")
+    h = cfg.hierarchy
+    if h.carriers not in CARRIER_POLICIES:
+        raise ConfigError(f"sync.hierarchy.carriers={h.carriers!r}; choose one of {', '.join(CARRIER_POLICIES)}")
+    g = h.group_size
+    if g is not None and not (isinstance(g, str) and g in GROUP_WORDS) and (not isinstance(g, int) or isinstance(g, bool)):
+        raise ConfigError(f"sync.hierarchy.group_size={g!r}; give null (flat), an int (ranks per group) "
+                          f"or one of {', '.join(GROUP_WORDS)}")
+    if isinstance(g, int) and g < 1:
+        raise ConfigError(f"sync.hierarchy.group_size={g} must be >= 1 (null or 1: flat)")
+    if g not in (None, 1) and cfg.algorithm not in PERIODIC_ALGORITHMS:
+        raise ConfigError(
+            f"sync.hierarchy.group_size={g!r} is implemented for {', '.join(PERIODIC_ALGORITHMS)}; "
+            f"{cfg.algorithm} runs flat: set sync.hierarchy.group_size=null")
+
+
 def validate_for_world(cfg: SyncConfig, n: int) -> None:
     """Checks that need the number of workers n (the Synchronizer and the simulator call it)."""
     if n < 2 or not cfg.enabled:
         return
+    if cfg.algorithm in PERIODIC_ALGORITHMS and cfg.graph == "ring" and cfg.resolved_q(n) > 2 * cfg.resolved_p(n):
+        raise ConfigError(f"sync.q={cfg.resolved_q(n)} > 2 * sync.p = {2 * cfg.resolved_p(n)} with n={n}: a node "
+                          f"has only 2p ring neighbours (Definition 1); lower sync.q or set sync.p")
     if cfg.algorithm in SERVER_ALGORITHMS and not 0 <= cfg.server_rank < n:
         raise ConfigError(f"sync.server_rank={cfg.server_rank} is not a rank of this run (n={n})")
     if cfg.algorithm == "easgd" and n * cfg.resolved_alpha(n) >= 2.0:
@@ -239,6 +333,19 @@ def validate_for_world(cfg: SyncConfig, n: int) -> None:
             f"synchronous EASGD with n={n} and alpha={cfg.resolved_alpha(n):g}: beta = n * alpha >= 2 makes the "
             "centre variable diverge (eq. 8 of 001); lower sync.easgd_alpha (or sync.easgd_eta * sync.easgd_lambda)"
         )
+
+
+def one_line_error(e: BaseException, prefix: str = "") -> str:
+    """An omegaconf / YAML / decoding error as one line that names the key (``prefix`` + omegaconf's
+    ``full_key``) or the line and column, for :class:`ConfigError` messages."""
+    if isinstance(e, OmegaConfBaseException) and getattr(e, "msg", None):
+        key = getattr(e, "full_key", None)
+        msg = str(e.msg).strip().splitlines()[0]   # omegaconf appends full_key/object_type lines
+        return f"{msg} (key {prefix}{key})" if key else msg
+    if isinstance(e, UnicodeDecodeError):
+        line = e.object.count(b"\n", 0, e.start) + 1 if isinstance(e.object, bytes) else "?"
+        return f"line {line}: not UTF-8 (byte 0x{e.object[e.start]:02x}); save the file as UTF-8"
+    return " ".join(str(e).split())
 
 
 def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
@@ -255,7 +362,7 @@ def apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
         try:
             OmegaConf.update(cfg, key.strip(), yaml.safe_load(value) if value else None, merge=True)
         except (OmegaConfBaseException, ValueError, TypeError, IndexError) as e:
-            raise ConfigError(f"override {item!r}: {e}".strip()) from e
+            raise ConfigError(f"override {item!r}: {one_line_error(e)}".strip()) from e
     return cfg
 
 
@@ -280,6 +387,7 @@ def load_sync_config(
             loaded = OmegaConf.load(str(source))
         if isinstance(loaded, DictConfig) and key in loaded:
             loaded = loaded[key]
+        _check_rule_keys(loaded, key, source)
         stripped = [o[len(key) + 1:] if o.startswith(key + ".") else o for o in overrides]
         merged = apply_overrides(OmegaConf.merge(schema, loaded), stripped)
         cfg: SyncConfig = OmegaConf.to_object(merged)  # type: ignore[assignment]
@@ -287,8 +395,30 @@ def load_sync_config(
         raise ConfigError(f"sync config file not found: {source}") from e
     except IsADirectoryError as e:
         raise ConfigError(f"sync config {source} is a directory; give a YAML file") from e
-    except (OmegaConfBaseException, TypeError, yaml.YAMLError) as e:
+    except (OmegaConfBaseException, TypeError, yaml.YAMLError, UnicodeDecodeError) as e:
         where = f" in {source}" if isinstance(source, (str, os.PathLike)) else ""
-        raise ConfigError(f"bad sync config{where}: {e}".strip()) from e
-    validate(cfg)
+        raise ConfigError(f"bad sync config{where}: {one_line_error(e, key + '.')}".strip()) from e
+    try:
+        validate(cfg)
+    except ConfigError as e:
+        if isinstance(source, (str, os.PathLike)):   # name the file too
+            raise ConfigError(f"{source}: {e}") from None
+        raise
     return cfg
+
+
+def _check_rule_keys(loaded: Any, key: str, source: Any) -> None:
+    """Unknown keys of ``components`` items, named with their index (omegaconf names only the
+    key: ``peroid`` instead of ``sync.components[1].peroid``) and the file."""
+    rules = loaded.get("components") if isinstance(loaded, DictConfig) else None
+    if not isinstance(rules, ListConfig):
+        return
+    where = f"{source}: " if isinstance(source, (str, os.PathLike)) else ""
+    known = set(ComponentRule.__dataclass_fields__)
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, DictConfig):
+            raise ConfigError(f"{where}{key}.components[{i}] must be a mapping such as {{name: all}}, got {rule!r}")
+        for k in rule:
+            if k not in known:
+                raise ConfigError(f"{where}{key}.components[{i}].{k} is not a component rule key; "
+                                  f"use {', '.join(sorted(known))}")

@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from .algorithms import delayed_average, pair_average, passive_absorb
+from . import health
+from .algorithms import passive_absorb
 from .comm import CommStats, Exchange, PendingExchange
 from .param_server import _REGISTRY, RpcSession, relative_distance, rpc_name
 
@@ -57,6 +58,7 @@ class PassiveService:
         self.published = {c.index: c.gather().detach().to("cpu", dtype=torch.float32, copy=True) for c in comps}
         self.pending = {i: torch.zeros_like(t) for i, t in self.published.items()}
         self.names = {c.index: c.name for c in comps}
+        self.rescue: dict[int, tuple[torch.Tensor, int]] = {}  # a finite incoming model, kept while published is not
         self.dirty: set[int] = set()
         self.served: dict[int, int] = defaultdict(int)
         self.step = 0
@@ -64,7 +66,13 @@ class PassiveService:
 
     def average(self, comp_ids: list[int], xs: list[torch.Tensor], sender: int, round_: int):
         with self.lock:
-            replies = [passive_absorb(self.published[i], self.pending[i], x) for i, x in zip(comp_ids, xs)]
+            replies = []
+            for i, x in zip(comp_ids, xs):
+                ok, mine = health.all_finite(x), health.all_finite(self.published[i])
+                if ok and not mine:  # this passive diverged: keep the active's model to reset from (absorb)
+                    self.rescue[i] = (x.clone(), sender)
+                replies.append(passive_absorb(self.published[i], self.pending[i], x) if ok and mine
+                               else self.published[i].clone())  # a non-finite model is dropped, not averaged
             self.dirty.update(comp_ids)
             self.served[sender] += 1
             step = self.step
@@ -73,8 +81,10 @@ class PassiveService:
                 self.stats.add(self.names[i], x.numel() * x.element_size(), x.numel() * x.element_size(), 0.0)
         return replies, {"step": step}
 
-    def absorb(self, comps: list["Component"], step: int) -> None:
-        """At a sync of the training thread: live model += pending, then publish it."""
+    def absorb(self, comps: list["Component"], step: int) -> list[tuple["Component", int]]:
+        """At a sync of the training thread: live model += pending, then publish it. A non-finite live
+        model is reset to the last finite model an active sent (returned: (component, its rank))."""
+        resets = []
         with self.lock:
             for c in comps:
                 x = c.gather()
@@ -82,9 +92,15 @@ class PassiveService:
                     x.add_(self.pending[c.index].to(x.device))
                     c.scatter(x)
                     self.pending[c.index].zero_()
+                rescue = self.rescue.pop(c.index, None)
+                if rescue is not None and not health.all_finite(x):
+                    x.copy_(rescue[0].to(x.device))
+                    c.scatter(x)
+                    resets.append((c, rescue[1]))
                 self.published[c.index].copy_(x)
             self.dirty.clear()
             self.step = step
+        return resets
 
 
 class PairwiseEngine:
@@ -123,7 +139,22 @@ class PairwiseEngine:
         elif self.active:
             self._active(comps)
         else:
-            self.service.absorb(self.sync.components, self.sync.t)
+            self._absorb()
+
+    def _absorb(self) -> None:
+        for c, sender in self.service.absorb(self.sync.components, self.sync.t):
+            self.sync._record_reset(c, f"the model of its partner rank {sender}")
+
+    def _pair(self, c: "Component", x: torch.Tensor, other: torch.Tensor, partner: str,
+              sent: Optional[torch.Tensor] = None) -> None:
+        """x <- the pairwise average (delay-by-one: with ``sent``) and write it; with sync.nonfinite a
+        non-finite partner copy is dropped and a non-finite own model is reset to it (health.py)."""
+        outcome = health.pair_update_(x, other, sent, check=self.cfg.nonfinite != "ignore")
+        self.sync.nonfinite_dropped += outcome == "dropped"
+        source = health.single_source_decision(self.cfg.nonfinite, self.rank, self.sync.t, c.name, outcome, partner)
+        if source is not None:
+            self.sync._record_reset(c, source)
+        c.scatter(x)
 
     def _divergence(self, c: "Component", x: torch.Tensor, other: torch.Tensor) -> None:
         if self.cfg.track_divergence:
@@ -138,7 +169,7 @@ class PairwiseEngine:
             self.comm.exchange(items)
             for c in comps:
                 self._divergence(c, c.flat, self.recv[c.index])
-                c.scatter(pair_average(c.flat, self.recv[c.index]))
+                self._pair(c, c.flat, self.recv[c.index], f"the model of its partner rank {j}")
             return
         items = [Exchange(c.name, c.index, self.sent[c.index].copy_(c.gather()), [j], [j], [self.recv[c.index]])
                  for c in comps]
@@ -152,7 +183,7 @@ class PairwiseEngine:
         for c in comps:
             x = c.gather()
             self._divergence(c, self.sent[c.index], self.recv[c.index])
-            c.scatter(delayed_average(x, self.sent[c.index], self.recv[c.index]))
+            self._pair(c, x, self.recv[c.index], "its partner's model of the previous round", self.sent[c.index])
         self.pending = None
 
     def _active(self, comps: list["Component"]) -> None:
@@ -175,7 +206,7 @@ class PairwiseEngine:
             x = c.gather()
             r = r.to(x.device)
             self._divergence(c, x, r)
-            c.scatter(pair_average(x, r))
+            self._pair(c, x, r, f"the model of its partner rank {j}")
 
     def _resolve_rpc(self) -> None:
         if self.pending is None:
@@ -187,7 +218,7 @@ class PairwiseEngine:
         for c, sent, r in zip(comps, xs, replies):
             x = c.gather()
             self._divergence(c, sent, r)
-            c.scatter(delayed_average(x, sent.to(x.device), r.to(x.device)))
+            self._pair(c, x, r.to(x.device), "its partner's model of the previous round", sent.to(x.device))
         self.pending = None
 
     def _account_bytes(self, comps, xs) -> None:
@@ -213,7 +244,7 @@ class PairwiseEngine:
                 self._resolve_rpc()
             self.session.shutdown(graceful=True)
             if self.service is not None:
-                self.service.absorb(self.sync.components, self.sync.t)
+                self._absorb()
         self.sync._average_all_components()
 
     def close(self) -> None:

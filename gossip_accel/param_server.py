@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from . import health
 from .algorithms import (
     StalenessStats,
     asgd_delta,
@@ -157,8 +158,11 @@ class ParameterServer:
     """
 
     def __init__(self, rule: str, centres: dict[int, torch.Tensor], names: dict[int, str], n: int, alpha: float,
-                 server_lr: float, max_staleness: Optional[int], stats: Optional[CommStats], server_rank: int):
+                 server_lr: float, max_staleness: Optional[int], stats: Optional[CommStats], server_rank: int,
+                 reject_nonfinite: bool = True):
         self.rule, self.centres, self.names, self.n = rule, centres, names, n
+        self.reject_nonfinite = reject_nonfinite  # sync.nonfinite != ignore: a NaN/inf push is not applied
+        self.rejected = 0
         self.alpha, self.server_lr, self.max_staleness = alpha, server_lr, max_staleness
         self.stats, self.server_rank = stats, server_rank
         self.lock = threading.Lock()
@@ -177,14 +181,17 @@ class ParameterServer:
         with self.lock:
             k = self.version - self.pulled[rank]
             reply = None
-            if self.rule == "asgd":
-                for i, delta in zip(comp_ids, payload):
-                    asgd_server_update(self.centres[i], delta.to(self.centres[i].device), self.server_lr)
-            else:
+            if self.rule == "easgd":
                 reply = [self.centres[i].clone() for i in comp_ids]
-                for i, theta in zip(comp_ids, payload):
-                    # eq. 9, second line: w~ <- w~ + alpha (w^i - w~) with the worker's w^i as sent
-                    elastic_worker_update(self.centres[i], theta.to(self.centres[i].device), self.alpha)
+            for i, t in zip(comp_ids, payload):
+                if self.reject_nonfinite and not health.all_finite(t):
+                    self.rejected += 1  # the centre stays finite; the worker resets from the reply
+                    warnings.warn(f"gossip_accel: the server rejected a non-finite (NaN/inf) push of component "
+                                  f"{self.names[i]!r} from rank {rank}", RuntimeWarning, stacklevel=2)
+                elif self.rule == "asgd":
+                    asgd_server_update(self.centres[i], t.to(self.centres[i].device), self.server_lr)
+                else:  # eq. 9, second line: w~ <- w~ + alpha (w^i - w~) with the worker's w^i as sent
+                    elastic_worker_update(self.centres[i], t.to(self.centres[i].device), self.alpha)
             self.version += 1
             self.applied[rank] += 1
             self.staleness.add(k)
@@ -239,7 +246,7 @@ class ParameterServer:
     def report(self) -> dict:
         with self.lock:
             return {"version": self.version, "applied": list(self.applied), "clock": list(self.clock),
-                    "waiting": len(self.waiting), "training": sorted(self.training),
+                    "waiting": len(self.waiting), "training": sorted(self.training), "rejected": self.rejected,
                     "staleness": self.staleness.state_dict()}
 
     def state_dict(self) -> dict:
@@ -299,7 +306,7 @@ class ServerEngine:
                 self.rule, self.centres, {c.index: c.name for c in comps}, self.n, self.alpha, cfg.server_lr,
                 cfg.max_staleness if self.mode == "rpc" else None,
                 self.comm.stats if self.mode == "rpc" else None,  # lock-step traffic is counted by the collectives
-                self.server_rank)
+                self.server_rank, reject_nonfinite=cfg.nonfinite != "ignore")
         self.stats = StalenessStats()  # this worker's pushes
         self.pushes = 0
         self.session: Optional[RpcSession] = None
@@ -319,18 +326,28 @@ class ServerEngine:
         self.pushes += 1
 
     def _easgd_sync(self, comps: list["Component"]) -> None:
-        """Eq. 8: broadcast w~_t, reduce sum_i w^i_t to the server, both sides update from time-t values."""
-        for c in comps:
+        """Eq. 8: broadcast w~_t, reduce sum_i w^i_t to the server, both sides update from time-t values.
+
+        With sync.nonfinite a worker whose w^i is NaN/inf (one flag all-reduce per round, health.py)
+        sends zeros, the sum and n run over the healthy workers, and it restarts from w~_t."""
+        verdict = self.sync._verdict(comps)
+        for j, c in enumerate(comps):
             x = c.gather()
             centre_t = self.centres[c.index] if self.is_server else self.buf[c.index]
             self.comm.broadcast(c.name, centre_t, src=self.server_rank)
-            s = self.scratch[c.index].copy_(x)
+            sick = verdict is not None and verdict.sick[self.rank][j]
+            s = self.scratch[c.index].zero_() if sick else self.scratch[c.index].copy_(x)
             self.comm.reduce_sum(c.name, s, dst=self.server_rank)
             if self.cfg.track_divergence:
                 self.sync.divergence[c.name] = relative_distance(x, centre_t)
-            elastic_worker_update(x, centre_t, self.alpha)  # before the centre moves: w~_t on the server too
+            if sick:
+                x.copy_(centre_t)
+                self.sync._record_reset(c, "the server's centre variable")
+            else:
+                elastic_worker_update(x, centre_t, self.alpha)  # before the centre moves: w~_t on the server too
             if self.is_server:
-                elastic_center_update_sync(self.centres[c.index], s, self.n, self.alpha)
+                n = verdict.healthy(j) if verdict is not None else self.n
+                elastic_center_update_sync(self.centres[c.index], s, n, self.alpha)
             c.scatter(x)
 
     def _payload(self, c: "Component", x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -341,6 +358,15 @@ class ServerEngine:
     def _apply_reply(self, c: "Component", x: torch.Tensor, reply: torch.Tensor) -> None:
         if self.cfg.track_divergence:
             self.sync.divergence[c.name] = relative_distance(x, reply)
+        if self.cfg.nonfinite != "ignore" and not health.all_finite(x):  # diverged: restart from the global model
+            outcome = "reset" if health.all_finite(reply) else "lost"
+            self.sync._record_reset(c, health.single_source_decision(
+                self.cfg.nonfinite, self.rank, self.sync.t, c.name, outcome, "the server's global model"))
+            x.copy_(reply)
+            if self.rule == "asgd":
+                self.pulled[c.index].copy_(reply)
+            c.scatter(x)
+            return
         if self.rule == "asgd":
             x.copy_(reply)
             self.pulled[c.index].copy_(reply)
@@ -438,7 +464,8 @@ class ServerEngine:
                         "sync/server/staleness_mean": st["total"] / st["count"] if st["count"] else 0.0,
                         "sync/server/staleness_max": float(st["max"]),
                         "sync/server/clock_gap_max": float(st["max_clock_gap"]),
-                        "sync/server/waits": float(st["waits"])})
+                        "sync/server/waits": float(st["waits"]),
+                        "sync/server/rejected_nonfinite": float(r["rejected"])})
         return out
 
     def report(self) -> dict:

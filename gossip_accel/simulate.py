@@ -7,7 +7,9 @@ the same parameters (tests/test_distributed_equals_simulator.py).
 
 The asynchronous algorithms (ASGD, async EASGD, ADPSGD) are simulated in their deterministic
 lock-step order (``sync.lockstep: true`` in a distributed run): the server takes the pushes
-of a round in rank order; ADPSGD's partners average exactly.
+of a round in rank order; ADPSGD's partners average exactly. :class:`HierarchicalCluster` is the
+oracle of ``sync.hierarchy`` (groups of ranks), and ``sync.exchange_dtype`` is rounded exactly as
+the transport rounds it (:mod:`gossip_accel.precision`).
 
 CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.simulate``)
 compares the algorithms on the toy task of :mod:`gossip_accel.toy` and prints a table.
@@ -20,18 +22,18 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from . import health
 from .algorithms import (
     BMUFSlots,
     asgd_delta,
     asgd_server_update,
-    delayed_average,
     elastic_center_update_sync,
     elastic_worker_update,
     new_local_model,
-    pair_average,
 )
 from .components import split_buffers, split_components
 from .config import ADPSGD_ALGORITHMS, ALGORITHMS, SERVER_ALGORITHMS, load_sync_config, validate_for_world
+from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
 from .schedule import event_at
 from .topology import RingTopology, make_topology
 
@@ -50,6 +52,7 @@ class SimulatedCluster:
         self.bufs = [split_buffers(m.named_buffers(), period) if cfg.buffers != "local" else None for m in self.models]
         self.topology = make_topology(cfg.algorithm, n, cfg.resolved_p(n), cfg.resolved_q(n), cfg.seed) if n > 1 else None
         self.block_momentum = cfg.resolved_block_momentum(n)
+        self.wire = wire_dtype(cfg.exchange_dtype)  # sync.exchange_dtype: the same rounding as comm.py
         self.t = 0
         if cfg.enabled and cfg.broadcast_initial:
             for k in range(1, n):
@@ -66,24 +69,63 @@ class SimulatedCluster:
         self.pulled = ([[c.gather().clone() for c in comps] for comps in self.comps]
                        if cfg.algorithm == "asgd" else [])
         self.round = 0  # ADPSGD: sync steps so far
+        # sync.nonfinite: the same detection/exclusion/reset as the Synchronizer (gossip_accel/health.py)
+        self.reset_events: list[health.ResetEvent] = []
+        self.on_reset: Optional[Callable[[int, list[str]], None]] = None  # (rank, parameter names)
+        self.nonfinite_dropped = [0] * n
         self.pending = None  # delay-by-one: (component indices, pairs, {k: {ci: sent model}})
 
     def _with_buffers(self, k: int):
         return self.comps[k] + ([self.bufs[k]] if self.bufs[k] is not None else [])
 
-    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int) -> list[torch.Tensor]:
-        """theta_bar for every worker: the global mean, or Algorithm 1 line 8 on the ring."""
+    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int) -> list[tuple[torch.Tensor, str]]:
+        """(theta_bar, rule) for every worker: the global mean, or Algorithm 1 line 8 on the ring; with
+        ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/health.py)."""
+        name = self.comps[0][ci].name
+        slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
         if kind != "sync" or not isinstance(self.topology, RingTopology):
-            mean = torch.stack(thetas).mean(0)
-            return [mean.clone() for _ in thetas]
+            mean, sick = self._healthy_mean(thetas, [self.comps[k][ci] for k in range(self.n)])
+            if is_low(self.wire):  # a sick replica sends zeros on the wire; the mean is rescaled by n / healthy
+                mean = simulated_full_mean([torch.zeros_like(t) if s else t for t, s in zip(thetas, sick)], self.wire)
+                if any(sick):
+                    mean.mul_(self.n / sick.count(False))
+            return [(mean.clone(), "warmup_end" if sick[k] and slots_bad[k] else kind) for k in range(self.n)]
         plan = self.topology.plan(ci, round_)
-        bars = []
+        check = self.cfg.nonfinite != "ignore"
+        out = []
         for k in range(self.n):
             bar = thetas[k].clone()
-            for j in plan.recv_from[k]:
-                bar.add_(thetas[j])
-            bars.append(bar.div_(len(plan.recv_from[k]) + 1))
-        return bars
+            received = [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]]
+            own_ok, dropped = health.neighbour_mean_(bar, received, check)
+            self.nonfinite_dropped[k] += len(dropped)
+            source = health.ring_decision(self.cfg.nonfinite, k, self.t, name, own_ok, check and slots_bad[k],
+                                          dropped, plan.recv_from[k])
+            if source is not None:
+                self._record(k, self.comps[k][ci], source)
+            out.append((bar, kind if source is None else "warmup_end"))
+        return out
+
+    def _healthy_mean(self, vals: list[torch.Tensor], comps: list) -> tuple[torch.Tensor, list[bool]]:
+        """The full-graph mean over the healthy replicas (value and BMUF slots finite); the sick ones are
+        recorded as reset and returned with the mean. Same verdict and errors as the Synchronizer's flag all-reduce."""
+        sick = [False] * self.n
+        if self.cfg.nonfinite != "ignore":
+            sick = [any(health.replica_sick(v, self.slots[k].get(comps[k].name))) for k, v in enumerate(vals)]
+            health.Verdict([comps[0].name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
+        if not any(sick):
+            return torch.stack(vals).mean(0), sick
+        for k in range(self.n):
+            if sick[k]:
+                self._record(k, comps[k], f"the average of the {sick.count(False)} healthy ranks")
+        return health.masked_mean(vals, sick), sick
+
+    def _record(self, k: int, comp, source: str) -> None:
+        params = health.component_params(comp) if comp is not self.bufs[k] else ()
+        event = health.ResetEvent(k, self.t, comp.name, params, source)
+        self.reset_events.append(event)
+        health.warn_reset(event)
+        if self.on_reset is not None and params:
+            self.on_reset(k, list(params))
 
     def step(self) -> None:
         """All replicas have taken their local step t; synchronize what is due (lines 6-17)."""
@@ -104,9 +146,9 @@ class SimulatedCluster:
             if ev is None:
                 continue
             thetas = [self.comps[k][ci].gather().clone() for k in range(self.n)]
-            for k, bar in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
+            for k, (bar, kind) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
                 slots = self.slots[k].get(comp0.name)
-                new = new_local_model(ev.kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
+                new = new_local_model(kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
                 self.comps[k][ci].scatter(new)
         if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
             self._sync_buffers()
@@ -114,24 +156,42 @@ class SimulatedCluster:
     def _server_step(self, due: list[int]) -> None:
         """EASGD eq. 8 (all at once) or eq. 9 / ASGD eq. 2 (pushes in rank order) on the due components."""
         algo, n, alpha = self.cfg.algorithm, self.n, self.alpha
+        check = self.cfg.nonfinite != "ignore"
         for ci in due:
             centre = self.centre[ci]
             xs = [self.comps[k][ci].gather().clone() for k in range(n)]
-            if algo == "easgd":
-                total = torch.stack(xs).sum(0)
+            sick = [check and not health.all_finite(x) for x in xs]
+            if algo == "easgd":  # the sick send zeros, sum and n over the healthy; they restart from w~_t
+                if check:
+                    health.Verdict([self.comps[0][ci].name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
+                total = torch.stack([x for x, s in zip(xs, sick) if not s]).sum(0)
                 for k in range(n):
-                    self.comps[k][ci].scatter(elastic_worker_update(xs[k], centre, alpha))
-                elastic_center_update_sync(centre, total, n, alpha)
+                    if sick[k]:
+                        self._record(k, self.comps[k][ci], "the server's centre variable")
+                    self.comps[k][ci].scatter(centre.clone() if sick[k] else elastic_worker_update(xs[k], centre, alpha))
+                elastic_center_update_sync(centre, total, n - sum(sick), alpha)
                 continue
             for k in range(n):
                 if algo == "easgd_async":
                     old = centre.clone()
-                    elastic_worker_update(centre, xs[k], alpha)
-                    self.comps[k][ci].scatter(elastic_worker_update(xs[k], old, alpha))
+                    if not sick[k]:  # the server rejects a non-finite push
+                        elastic_worker_update(centre, xs[k], alpha)
+                    self._from_server(k, ci, sick[k], old)
+                    self.comps[k][ci].scatter(old if sick[k] else elastic_worker_update(xs[k], old, alpha))
                 else:
-                    asgd_server_update(centre, asgd_delta(xs[k], self.pulled[k][ci]), self.cfg.server_lr)
+                    delta = asgd_delta(xs[k], self.pulled[k][ci])
+                    if not (check and not health.all_finite(delta)):
+                        asgd_server_update(centre, delta, self.cfg.server_lr)
+                    self._from_server(k, ci, sick[k], centre)
                     self.pulled[k][ci].copy_(centre)
                     self.comps[k][ci].scatter(centre)
+
+    def _from_server(self, k: int, ci: int, sick: bool, reply: torch.Tensor) -> None:
+        """A diverged worker takes the server's reply (EASGD/ASGD): recorded, or raised per the policy."""
+        if sick:
+            outcome = "reset" if health.all_finite(reply) else "lost"
+            self._record(k, self.comps[k][ci], health.single_source_decision(
+                self.cfg.nonfinite, k, self.t, self.comps[k][ci].name, outcome, "the server's global model"))
 
     def _adpsgd_step(self, due: list[int]) -> None:
         """Each pair of round r averages (fixed / random); delay-by-one applies round r at round r + 1."""
@@ -141,12 +201,22 @@ class SimulatedCluster:
             for ci in due:
                 for a, b in pairs:
                     xa, xb = self.comps[a][ci].gather().clone(), self.comps[b][ci].gather().clone()
-                    self.comps[a][ci].scatter(pair_average(xa.clone(), xb))
-                    self.comps[b][ci].scatter(pair_average(xb, xa))
+                    self._pair(a, ci, xa.clone(), xb, f"the model of its partner rank {b}")
+                    self._pair(b, ci, xb, xa, f"the model of its partner rank {a}")
             return
         self._resolve_delayed()
         sent = {k: {ci: self.comps[k][ci].gather().clone() for ci in due} for k in range(self.n)}
         self.pending = (due, pairs, sent)
+
+    def _pair(self, k: int, ci: int, x: torch.Tensor, other: torch.Tensor, partner: str,
+              sent: Optional[torch.Tensor] = None) -> None:
+        """Worker k's pairwise average (health.pair_update_: a non-finite side dropped or reset), written back."""
+        outcome = health.pair_update_(x, other, sent, check=self.cfg.nonfinite != "ignore")
+        self.nonfinite_dropped[k] += outcome == "dropped"
+        source = health.single_source_decision(self.cfg.nonfinite, k, self.t, self.comps[k][ci].name, outcome, partner)
+        if source is not None:
+            self._record(k, self.comps[k][ci], source)
+        self.comps[k][ci].scatter(x)
 
     def _resolve_delayed(self) -> None:
         if self.pending is None:
@@ -156,12 +226,21 @@ class SimulatedCluster:
         for k in range(self.n):
             for ci in due:
                 x = self.comps[k][ci].gather().clone()
-                self.comps[k][ci].scatter(delayed_average(x, sent[k][ci], sent[partner[k]][ci]))
+                self._pair(k, ci, x, sent[partner[k]][ci], "its partner's model of the previous round", sent[k][ci])
         self.pending = None
 
     def _sync_buffers(self) -> None:
         vals = [b.gather().clone() for b in self.bufs]
-        new = torch.stack(vals).mean(0) if self.cfg.buffers == "average" else vals[0]
+        if self.cfg.buffers == "average":
+            new = self._healthy_mean(vals, self.bufs)[0]
+        else:  # broadcast from the lowest healthy rank
+            sick = [self.cfg.nonfinite != "ignore" and not health.all_finite(v) for v in vals]
+            health.Verdict([self.bufs[0].name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
+            src = sick.index(False) if False in sick else 0
+            for k in range(self.n):
+                if sick[k] and k != src:
+                    self._record(k, self.bufs[k], f"the buffers of rank {src}")
+            new = vals[src]
         for b in self.bufs:
             b.scatter(new)
 
@@ -174,8 +253,9 @@ class SimulatedCluster:
             for ci, centre in enumerate(self.centre):
                 if self.cfg.algorithm == "asgd":
                     for k in range(self.n):
-                        x = self.comps[k][ci].gather().clone()
-                        asgd_server_update(centre, asgd_delta(x, self.pulled[k][ci]), self.cfg.server_lr)
+                        delta = asgd_delta(self.comps[k][ci].gather().clone(), self.pulled[k][ci])
+                        if self.cfg.nonfinite == "ignore" or health.all_finite(delta):  # the server rejects NaN
+                            asgd_server_update(centre, delta, self.cfg.server_lr)
                 for k in range(self.n):
                     self.comps[k][ci].scatter(centre)
             if self.bufs[0] is not None:
@@ -183,11 +263,99 @@ class SimulatedCluster:
             return
         self._resolve_delayed()
         for ci in range(len(self.comps[0])):
-            mean = torch.stack([self.comps[k][ci].gather().clone() for k in range(self.n)]).mean(0)
+            mean = self._healthy_mean([self.comps[k][ci].gather().clone() for k in range(self.n)],
+                                      [self.comps[k][ci] for k in range(self.n)])[0]
             for k in range(self.n):
                 self.comps[k][ci].scatter(mean)
         if self.bufs[0] is not None:
             self._sync_buffers()
+
+
+class HierarchicalCluster:
+    """The oracle of :class:`gossip_accel.hierarchical.HierarchicalSynchronizer`: W = G g rank replicas.
+
+    Ranks k = j g .. j g + g - 1 form group j. :meth:`allreduce_gradients` sets every rank's
+    gradient to its group's mean (the intra-group all-reduce, called between backward and the
+    optimizer step); :meth:`step` is the between-group synchronization, exactly the flat
+    :class:`SimulatedCluster` with n = G on the groups' first ranks, whose result the other ranks
+    of the group copy (the carrier's broadcast); the float buffers are first averaged (or taken
+    from local rank 0) inside each group, then synchronized between groups by the flat policy.
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module], config: Any = None, overrides: Sequence[str] = (),
+                 group_size: Optional[int] = None):
+        cfg = load_sync_config(config, overrides)
+        self.models = list(models)
+        world = len(self.models)
+        self.g = g = group_size or cfg.hierarchy.resolved_group_size(world)
+        if g < 2 or world % g or world // g < 2:
+            raise ValueError(f"HierarchicalCluster needs groups of g >= 2 ranks and at least 2 groups (W={world}, g={g})")
+        self.groups = world // g
+        self.comps = [split_components(m.named_parameters(), cfg.components, cfg.period) for m in self.models]
+        period = min(c.period for c in self.comps[0])
+        self.bufs = [split_buffers(m.named_buffers(), period) if cfg.buffers != "local" else None for m in self.models]
+        if cfg.enabled and cfg.broadcast_initial:  # rank 0's theta_0 everywhere (Algorithm 1, line 1)
+            for k in range(1, world):
+                self._copy(0, k, buffers=True)
+        self.inner = SimulatedCluster(self.models[::g], cfg)
+        self.cfg = self.inner.cfg
+
+    def _copy(self, src: int, dst: int, buffers: bool) -> None:
+        for a, b in zip(self.comps[src], self.comps[dst]):
+            b.scatter(a.gather())
+        if buffers and self.bufs[src] is not None:
+            self.bufs[dst].scatter(self.bufs[src].gather())
+
+    def _members(self, j: int) -> range:
+        return range(j * self.g, (j + 1) * self.g)
+
+    @torch.no_grad()
+    def allreduce_gradients(self) -> None:
+        """Every rank's .grad <- the mean over its group (summed in rank order, then divided by g)."""
+        for j in range(self.groups):
+            params = [[p for p in self.models[k].parameters() if p.requires_grad and p.grad is not None]
+                      for k in self._members(j)]
+            for ps in zip(*params):
+                mean = ps[0].grad.clone()
+                for p in ps[1:]:
+                    mean.add_(p.grad)
+                mean.div_(self.g)
+                for p in ps:
+                    p.grad.copy_(mean)
+
+    def _group_buffers(self) -> None:
+        for j in range(self.groups):
+            members = list(self._members(j))
+            vals = [self.bufs[k].gather().clone() for k in members]
+            new = vals[0]
+            if self.cfg.buffers == "average":
+                for v in vals[1:]:
+                    new.add_(v)
+                new.div_(self.g)
+            for k in members:
+                self.bufs[k].scatter(new)
+
+    def _share(self, buffers: bool) -> None:
+        for j in range(self.groups):
+            for k in list(self._members(j))[1:]:
+                self._copy(j * self.g, k, buffers)
+
+    def step(self) -> None:
+        """Every rank has taken its local step t (with the group's mean gradient): lines 6-17 between groups."""
+        cfg = self.cfg
+        buffers_due = (self.bufs[0] is not None and cfg.enabled and
+                       event_at(self.inner.t + 1, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period) is not None)
+        if buffers_due:
+            self._group_buffers()
+        self.inner.step()
+        self._share(buffers_due)
+
+    def finalize(self) -> None:
+        """Line 20: every rank <- the mean of the groups' models (= of all W ranks)."""
+        if self.bufs[0] is not None and self.cfg.enabled:
+            self._group_buffers()
+        self.inner.finalize()
+        self._share(buffers=True)
 
 
 def simulate(
@@ -205,6 +373,8 @@ def simulate(
     models = [model_fn() for _ in range(n)]
     cluster = SimulatedCluster(models, config, overrides)
     opts = [optimizer_fn(m) for m in models]
+    # a reset replica forgets the optimizer state of its reset parameters (as DistributedRun does)
+    cluster.on_reset = lambda k, names: health.clear_optimizer_state(opts[k], models[k], names)
     for t in range(1, steps + 1):
         losses = [local_step(models[k], opts[k], k, t) for k in range(n)]
         cluster.step()

@@ -16,7 +16,10 @@ parameter-server algorithms (EASGD, ASGD: :mod:`gossip_accel.param_server`) and 
 ``finalize``, ``state_dict``); the asynchronous ones start a torch.distributed.rpc session
 with the synchronizer and end it in ``finalize`` (or ``close`` after an error). For
 Accelerate's DDP-wrapped models use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`,
-which also switches off DDP's gradient all-reduce.
+which also switches off DDP's gradient all-reduce. Groups of ranks that all-reduce gradients
+every step and synchronize between groups (``sync.hierarchy``) are the subclass
+:class:`gossip_accel.hierarchical.HierarchicalSynchronizer`; ``sync.exchange_dtype`` puts the
+periodic syncs on a bf16/fp16 wire (:mod:`gossip_accel.precision`).
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from . import health
 from .algorithms import BMUFSlots, new_local_model
 from .comm import CommStats, Communicator, Exchange
+from .precision import is_low, wire_dtype
 from .components import Component, split_buffers, split_components
 from .config import ADPSGD_ALGORITHMS, SERVER_ALGORITHMS, ConfigError, SyncConfig, load_sync_config, validate_for_world
 from .schedule import event_at
@@ -75,6 +80,11 @@ class Synchronizer:
         self.t = 0
         self.finalized = False
         self.divergence: dict[str, float] = {}
+        # sync.nonfinite (gossip_accel/health.py): resets of this rank, dropped NaN copies, flag traffic
+        self.reset_events: list[health.ResetEvent] = []
+        self.on_reset: Optional[Any] = None  # callable(list of parameter names), e.g. clear their optimizer state
+        self.nonfinite_dropped = 0
+        self.health_stats = CommStats()
 
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size(process_group) if distributed else 1
@@ -91,6 +101,8 @@ class Synchronizer:
         self._staging: dict[str, torch.Tensor] = {}
         self._recv: dict[str, list[torch.Tensor]] = {}
         self.engine = None  # EASGD/ASGD (param_server.ServerEngine) or ADPSGD (pairwise.PairwiseEngine)
+        self.wire_dtype = wire_dtype(self.cfg.exchange_dtype)  # sync.exchange_dtype (precision.py)
+        self._send: dict[str, torch.Tensor] = {}  # ring: the wire-dtype copy a node sends
         if not self.active:
             self.comm = None
             self.topology = None
@@ -105,19 +117,18 @@ class Synchronizer:
             self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed
         )
         if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
-            with self.comm.accounting(self.oneoff_stats):
-                for comp in self._all_components():
-                    comp.gather()
-                    self.comm.broadcast(comp.name, comp.flat, src=0)
-                    comp.scatter()
+            self._broadcast_initial()
         slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
-        for comp in self.components:
+        for comp in self._carried():
             if self.cfg.uses_bmuf:
                 self.slots[comp.name] = BMUFSlots.start_from(comp.gather(), slot_device)
                 if self.slots[comp.name].omega.device != comp.flat.device:
                     self._staging[comp.name] = torch.empty_like(self.slots[comp.name].omega)
             if isinstance(self.topology, RingTopology):
-                self._recv[comp.name] = [torch.empty_like(comp.flat) for _ in range(self.topology.q)]
+                self._recv[comp.name] = [torch.empty_like(comp.flat, dtype=self.wire_dtype)
+                                         for _ in range(self.topology.q)]
+                if is_low(self.wire_dtype):
+                    self._send[comp.name] = torch.empty_like(comp.flat, dtype=self.wire_dtype)
         if self.cfg.algorithm in SERVER_ALGORITHMS:
             from .param_server import ServerEngine
 
@@ -147,17 +158,23 @@ class Synchronizer:
                     and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period)):
                 self._sync_buffers()
             return
+        shared = [c for c, _ in due]
+        due = [(c, e) for c, e in due if self._carries(c)]
         gossip = isinstance(self.topology, RingTopology)
         ring = [(c, e) for c, e in due if gossip and e.kind == "sync"]
         full = [(c, e) for c, e in due if not (gossip and e.kind == "sync")]
-        for comp, ev in full:
+        buffers_due = self.buffers is not None and event_at(self.t, self.buffers.period, cfg.warmup_steps,
+                                                            cfg.warmup_period)
+        verdict = self._verdict([c for c, _ in full] + ([self.buffers] if buffers_due else []))
+        for j, (comp, ev) in enumerate(full):
             comp.gather()
-            self.comm.allreduce_mean(comp.name, comp.flat)
-            self._apply(comp, ev.kind)
+            kind = self._masked_allreduce(comp, ev.kind, verdict, j)
+            self._apply(comp, kind)
         if ring:
             self._gossip_round(ring)
-        if self.buffers is not None and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period):
-            self._sync_buffers()
+        self._share(shared)
+        if buffers_due:
+            self._sync_buffers(verdict)
 
     def finalize(self) -> None:
         """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal.
@@ -195,10 +212,90 @@ class Synchronizer:
 
     # -- internals -----------------------------------------------------------------------
     def _average_all_components(self) -> None:
-        for comp in self.components:
+        carried = self._carried()
+        verdict = self._verdict(carried)
+        for j, comp in enumerate(carried):
             comp.gather()
-            self.comm.allreduce_mean(comp.name, comp.flat)
+            self._masked_allreduce(comp, "final", verdict, j)
             comp.scatter()
+        self._share(self.components)
+
+    def _broadcast_initial(self) -> None:
+        """theta_0^k <- theta_0 of rank 0 (Algorithm 1, line 1), counted as a one-off."""
+        with self.comm.accounting(self.oneoff_stats):
+            for comp in self._all_components():
+                comp.gather()
+                self.comm.broadcast(comp.name, comp.flat, src=0)
+                comp.scatter()
+
+    # -- what a subclass changes (gossip_accel/hierarchical.py) -----------------------------------
+    def _carries(self, comp: Component) -> bool:
+        """Does this rank run the algorithm for ``comp``? (Flat: every rank, every component.)"""
+        return True
+
+    def _carried(self) -> list[Component]:
+        return [c for c in self.components if self._carries(c)]
+
+    def _share(self, comps: list[Component]) -> None:
+        """After a sync of ``comps``: hand the new values to the ranks that did not carry them (flat: none)."""
+
+    def _wire(self, kind: str) -> Optional[torch.dtype]:
+        """The wire dtype of an all-reduce: ``sync.exchange_dtype`` for the periodic syncs and warm-up
+        averages; fp32 (None) for the one-off final average and the buffers."""
+        return self.wire_dtype if kind in ("sync", "warmup", "warmup_end") else None
+
+    # -- sync.nonfinite: a diverged replica is detected, excluded and reset (gossip_accel/health.py) --
+    def _verdict(self, comps: list[Component]) -> Optional[health.Verdict]:
+        """Who is sick among the ranks for each of ``comps``: ONE all-reduce of an (n, m) flag matrix
+        (n * m * 4 bytes, counted in ``health_stats``). Raises per the policy; None with ``ignore``."""
+        if self.cfg.nonfinite == "ignore" or not comps:
+            return None
+        local = [any(health.replica_sick(c.gather(), self.slots.get(c.name))) for c in comps]
+        flags = health.flag_matrix(local, self.rank, self.world_size)
+        with self.comm.accounting(self.health_stats):
+            self.comm.allreduce_mean("nonfinite_flags", flags)
+        verdict = health.Verdict.from_flags([c.name for c in comps], flags, scale=self.world_size)
+        verdict.check(self.cfg.nonfinite, self.t)
+        return verdict
+
+    def _masked_allreduce(self, comp: Component, kind: str, verdict: Optional[health.Verdict], j: int) -> str:
+        """comp.flat <- the mean over the healthy ranks (sick ones send zeros): Algorithm 1 line 8 on the
+        full graph without the diverged replicas. Returns the rule to apply: a sick rank whose own BMUF
+        slots are non-finite restarts them (``warmup_end``); otherwise the shared slots stay consistent."""
+        sick = verdict is not None and verdict.sick[self.rank][j]
+        if sick:
+            comp.flat.zero_()
+        self.comm.allreduce_mean(comp.name, comp.flat, self._wire(kind))
+        if verdict is None or verdict.healthy(j) == self.world_size:
+            return kind
+        comp.flat.mul_(self.world_size / verdict.healthy(j))
+        if not sick:
+            return kind
+        self._record_reset(comp, f"the average of the {verdict.healthy(j)} healthy ranks")
+        slots = self.slots.get(comp.name)
+        return "warmup_end" if health.slots_sick(slots) else kind
+
+    def _neighbour_mean(self, comp: Component, kind: str, it: Exchange) -> str:
+        """Algorithm 1 line 8 on the ring, non-finite copies dropped; a sick rank takes the mean of its
+        finite neighbours and restarts its own slots from it (omega <- theta_bar, Delta <- 0: line 1)."""
+        check = self.cfg.nonfinite != "ignore"
+        own_ok, dropped = health.neighbour_mean_(comp.flat, it.recv_buffers, check)
+        slots_bad = check and health.slots_sick(self.slots.get(comp.name))
+        self.nonfinite_dropped += len(dropped)
+        source = health.ring_decision(self.cfg.nonfinite, self.rank, self.t, comp.name, own_ok, slots_bad,
+                                      dropped, it.recv_from)
+        if source is None:
+            return kind
+        self._record_reset(comp, source)
+        return "warmup_end"
+
+    def _record_reset(self, comp: Component, source: str) -> None:
+        params = health.component_params(comp) if comp is not self.buffers else ()
+        event = health.ResetEvent(self.rank, self.t, comp.name, params, source)
+        self.reset_events.append(event)
+        health.warn_reset(event)
+        if self.on_reset is not None and params:
+            self.on_reset(list(params))
 
     def _all_components(self) -> list[Component]:
         return self.components + ([self.buffers] if self.buffers is not None else [])
@@ -209,16 +306,14 @@ class Synchronizer:
         for comp, ev in due:
             plan = self.topology.plan(comp.index, ev.round)
             comp.gather()
+            send = self._send[comp.name].copy_(comp.flat) if comp.name in self._send else comp.flat  # the wire
             items.append(Exchange(
-                comp.name, comp.index, comp.flat, plan.send_to[self.rank],
+                comp.name, comp.index, send, plan.send_to[self.rank],
                 plan.recv_from[self.rank], self._recv[comp.name],
             ))
         self.comm.exchange(items)
         for (comp, ev), it in zip(due, items):
-            for rbuf in it.recv_buffers:
-                comp.flat.add_(rbuf)
-            comp.flat.div_(len(it.recv_buffers) + 1)
-            self._apply(comp, ev.kind)
+            self._apply(comp, self._neighbour_mean(comp, ev.kind, it))
 
     def _apply(self, comp: Component, kind: str) -> None:
         """comp.flat holds theta_bar: record divergence, apply the rule, write the parameters."""
@@ -242,13 +337,22 @@ class Synchronizer:
             off += n
         return math.sqrt(sq) / (float(torch.linalg.vector_norm(comp.flat)) + 1e-12)
 
-    def _sync_buffers(self) -> None:
+    def _sync_buffers(self, verdict: Optional[health.Verdict] = None) -> None:
+        """Average (or broadcast) the float buffers; a rank with non-finite buffers is left out of the
+        average (broadcast: the lowest healthy rank sends). ``verdict`` (buffers last) saves a flag all-reduce."""
         comp = self.buffers
+        verdict = verdict if verdict is not None else self._verdict([comp])
+        j = len(verdict.names) - 1 if verdict is not None else 0
         comp.gather()
         if self.cfg.buffers == "average":
-            self.comm.allreduce_mean(comp.name, comp.flat)
+            self._masked_allreduce(comp, "buffers", verdict, j)
         else:
-            self.comm.broadcast(comp.name, comp.flat, src=0)
+            src = 0
+            if verdict is not None and verdict.sick_ranks(j):
+                src = min(k for k in range(self.world_size) if not verdict.sick[k][j])
+                if verdict.sick[self.rank][j]:
+                    self._record_reset(comp, f"the buffers of rank {src}")
+            self.comm.broadcast(comp.name, comp.flat, src=src)
         comp.scatter()
 
     # -- metrics and state ---------------------------------------------------------------
@@ -278,6 +382,9 @@ class Synchronizer:
             out[f"sync/divergence/{name}"] = d
         if self.divergence:
             out["sync/divergence"] = sum(self.divergence.values()) / len(self.divergence)
+        out["sync/nonfinite_resets"] = float(len(self.reset_events))
+        out["sync/nonfinite_dropped"] = float(self.nonfinite_dropped)
+        out["sync/nonfinite_flag_bytes_sent"] = self.health_stats.total().bytes_sent
         if self.engine is not None:
             out.update(self.engine.metrics())
         return out
