@@ -1,1 +1,1 @@
-"""Glue to training frameworks: Accelerate (DDP) now; DeepSpeed and hierarchical later."""
+"""Glue to training frameworks: Accelerate (DDP, and its DeepSpeed plugin) and DeepSpeed engines."""
