@@ -1,6 +1,6 @@
 """DDP, DeepSpeed ZeRO-0, gossip-BMUF flat and hierarchical: bytes per step per worker and steps/s.
 
-    .venv/bin/python bench/deepspeed_hierarchy.py [--workers 4] [--group-size 2] [--steps 160]
+    .venv/bin/python bench/deepspeed_hierarchy.py [--workers 6] [--group-size 2] [--steps 160]
         [--settings ddp,deepspeed,gossip_bmuf,gossip_bmuf_hier,deepspeed_gossip_bmuf] [--json ...]
 
 Every setting trains the quick-start LM (recipes/wikitext103/lm1/conf/mini.yaml, the (16,128)
@@ -81,7 +81,7 @@ def worker(args) -> None:
     n_params = sum(p.numel() for p in model.parameters())
     sync_conf = OmegaConf.to_container(load_conf().sync)
     opt = torch.optim.Adagrad(model.parameters(), lr=0.03)
-    counter, sync, engine, cross_stats = Counter(), None, None, None
+    counter, sync, engine = Counter(), None, None
     if setting == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -213,8 +213,9 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--group-size", type=int, default=2, help="ranks per group of the hierarchical setting")
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--group-size", type=int, default=2,
+                    help="ranks per group of the hierarchical setting (gossip needs a ring of >= 3 groups)")
     ap.add_argument("--steps", type=int, default=128, help="timed steps; 128 covers one whole (16,128) cycle")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--settings", default=",".join(SETTINGS))
