@@ -11,10 +11,20 @@ component split of conf/lm/period_16_128.yaml) on random token batches of the qu
 * **counted**: the synchronizer's own counters (ring model for all-reduces, exact payload for
   neighbour exchanges; see gossip_accel/comm.py), DDP's counting all-reduce hook, and for
   DeepSpeed's own gradient all-reduce the same ring model on the gradient bytes it reduces;
-* **on lo**: what really crossed the loopback interface (TCP payload and headers, rendezvous and
-  store traffic included), read from /proc/net/dev. Each setting runs in its own network
-  namespace (``unshare --net``, needs root) so no other process on the machine adds to it;
-  without root the column is left empty.
+* **on the wire**: what really crossed the interfaces (TCP payload and headers, rendezvous and
+  store traffic included), read from /proc/net/dev. Each setting runs in network namespaces of
+  its own (needs root) so no other process on the machine adds to it; without root the
+  columns are left empty.
+
+Two networks (``--link``):
+
+* ``none`` (default): one namespace (``unshare --net``), every byte on its loopback;
+* a rate such as ``100mbit``: one namespace per *node* of ``--group-size`` workers (the
+  hierarchical setting's groups), joined by veth pairs to a bridge (bench/cluster/netns.py), each
+  node's veth shaped to the rate with ``tbf`` (bench/cluster/shaping.py, no delay). Workers of a
+  node talk over their namespace's loopback (fast, unshaped), nodes over the shaped links: the
+  cluster hierarchical sync is made for. Every setting then runs as ``torchrun --nnodes G
+  --nproc_per_node g`` per node, and "between nodes" counts the bytes on the veths.
 
 The hierarchical settings count cross-group traffic (the slow links between nodes) apart from
 the intra-group gradient all-reduce (fast links inside a node). Steps/s is measured after
@@ -37,23 +47,28 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-SETTINGS = ("ddp", "deepspeed", "gossip_bmuf", "gossip_bmuf_hier", "deepspeed_gossip_bmuf")
+SETTINGS = ("ddp", "deepspeed", "gossip_bmuf", "gossip_bmuf_bf16", "gossip_bmuf_hier", "deepspeed_gossip_bmuf")
 DESCRIPTION = {
     "ddp": "DDP (all-reduce every step)",
     "deepspeed": "DeepSpeed ZeRO-0 (all-reduce every step)",
     "gossip_bmuf": "gossip-BMUF (16,128), flat",
+    "gossip_bmuf_bf16": "gossip-BMUF (16,128), flat, bf16 exchange",
     "gossip_bmuf_hier": "gossip-BMUF (16,128), hierarchical",
     "deepspeed_gossip_bmuf": "DeepSpeed ZeRO-0 + gossip-BMUF (16,128)",
 }
 
 
-def lo_bytes() -> float:
-    """Bytes transmitted on the loopback interface of this network namespace."""
-    for line in Path("/proc/net/dev").read_text().splitlines():
+def net_bytes() -> tuple[float, float]:
+    """Bytes transmitted in this network namespace: (loopback, every other interface)."""
+    lo = other = 0.0
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
         name, _, rest = line.partition(":")
+        tx = float(rest.split()[8])  # transmit bytes
         if name.strip() == "lo":
-            return float(rest.split()[8])  # transmit bytes
-    return float("nan")
+            lo += tx
+        else:
+            other += tx
+    return lo, other
 
 
 # -- worker side -------------------------------------------------------------------------------
@@ -100,7 +115,7 @@ def worker(args) -> None:
             sync = DeepSpeedSynchronizer(engine, load_sync_config(sync_conf, ["algorithm=gossip_bmuf"]))
     else:
         net = model
-        overrides = ["algorithm=gossip_bmuf"]
+        overrides = ["algorithm=gossip_bmuf"] + (["exchange_dtype=bfloat16"] if setting.endswith("_bf16") else [])
         if setting == "gossip_bmuf_hier":
             from gossip_accel.hierarchical import HierarchicalSynchronizer
 
@@ -110,6 +125,7 @@ def worker(args) -> None:
             from gossip_accel import Synchronizer
 
             sync = Synchronizer(model, load_sync_config(sync_conf, overrides))
+    hierarchical = setting == "gossip_bmuf_hier"
     vocab = model.embedding.num_embeddings
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     g = torch.Generator().manual_seed(1000 + rank)
@@ -125,7 +141,7 @@ def worker(args) -> None:
                 counter.add(moved, moved, 0.0)
         else:
             loss.backward()
-            if setting == "gossip_bmuf_hier":
+            if hierarchical:
                 sync.allreduce_gradients()
             opt.step()
             opt.zero_grad()
@@ -136,16 +152,18 @@ def worker(args) -> None:
         one_step()
     dist.barrier()
     base_counted = _counted(sync, counter)
-    base_lo = lo_bytes()
+    base_net = net_bytes()
     start = time.perf_counter()
     for _ in range(args.steps):
         one_step()
     dist.barrier()
     seconds = time.perf_counter() - start
-    lo = (lo_bytes() - base_lo) / n  # every worker shares this namespace's lo
+    # one worker per namespace (node) reads its interfaces; the sum over nodes, per worker
+    node_reader = int(os.environ.get("LOCAL_RANK", "0")) == 0
+    lo, wire = ((b - a) if node_reader else 0.0 for a, b in zip(base_net, net_bytes()))
     counted = {k: v - base_counted.get(k, 0.0) for k, v in _counted(sync, counter).items()}
     t = torch.tensor([counted.get("sent", 0.0), counted.get("cross_sent", 0.0), counted.get("intra_sent", 0.0),
-                      seconds], dtype=torch.float64)
+                      seconds, lo * n, wire * n], dtype=torch.float64)
     dist.all_reduce(t)
     t /= n
     if rank == 0:
@@ -153,7 +171,8 @@ def worker(args) -> None:
                "steps": args.steps, "counted_bytes_per_step": t[0].item() / args.steps,
                "cross_group_bytes_per_step": t[1].item() / args.steps if setting == "gossip_bmuf_hier" else None,
                "intra_group_bytes_per_step": t[2].item() / args.steps if setting == "gossip_bmuf_hier" else None,
-               "lo_bytes_per_step": lo / args.steps,
+               "lo_bytes_per_step": t[4].item() / n / args.steps,
+               "between_nodes_bytes_per_step": t[5].item() / n / args.steps,
                "steps_per_second": args.steps / t[3].item()}
         Path(args.out).write_text(json.dumps(row))
     if sync is not None:
@@ -181,34 +200,50 @@ def can_unshare() -> bool:
     return os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("ip") is not None
 
 
-def run_setting(setting: str, args, tmp: str) -> dict:
+def worker_argv(setting: str, args, out: str) -> list[str]:
+    return [__file__, "--worker", "--setting", setting, "--out", out, "--steps", str(args.steps),
+            "--warmup", str(args.warmup), "--group-size", str(args.group_size)]
+
+
+def run_setting(setting: str, args, tmp: str, cluster=None) -> dict:
     out = os.path.join(tmp, f"{setting}.json")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.workers),
-                __file__, "--worker", "--setting", setting, "--out", out, "--steps", str(args.steps),
-                "--warmup", str(args.warmup), "--group-size", str(args.group_size)]
-    if args.lo:
-        cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *torchrun]
-    else:
-        cmd = torchrun
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     print(f"[bench] {setting}: {DESCRIPTION[setting]}", flush=True)
-    subprocess.run(cmd, check=True, env=env, cwd=str(ROOT))
+    if cluster is not None:  # one torchrun per node namespace, as on a real cluster
+        nodes = args.workers // args.group_size
+        procs = [cluster.adopt(subprocess.Popen(cluster.exec_argv(i, [
+            "env", f"GLOO_SOCKET_IFNAME={cluster.veth(i)}", sys.executable, "-m", "torch.distributed.run",
+            "--nnodes", str(nodes), "--node_rank", str(i), "--nproc_per_node", str(args.group_size),
+            "--master_addr", cluster.address(0), "--master_port", "29500", *worker_argv(setting, args, out)]),
+            env=env, cwd=str(ROOT))) for i in range(nodes)]
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            raise SystemExit(f"[bench] {setting}: a node failed (exit codes {codes})")
+    else:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                    str(args.workers), *worker_argv(setting, args, out)]
+        cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *torchrun] if args.lo else torchrun
+        subprocess.run(cmd, check=True, env=env, cwd=str(ROOT))
     row = json.loads(Path(out).read_text())
+    row["link"] = args.link
     if not args.lo:  # the machine's own lo carries other processes' traffic too
-        row["lo_bytes_per_step"] = None
+        row["lo_bytes_per_step"] = row["between_nodes_bytes_per_step"] = None
     return row
 
 
 def print_table(rows: list[dict]) -> None:
     print(f"\n{rows[0]['workers']} workers, {rows[0]['parameters'] / 1e6:.2f}M-parameter quick-start LM, "
           f"{rows[0]['steps']} timed steps")
-    print(f"{'setting':<42}{'counted MB/step':>16}{'cross-group':>13}{'on lo MB/step':>15}{'steps/s':>9}")
+    print(f"link between nodes: {rows[0]['link']}; MB per step and worker")
+    print(f"{'setting':<42}{'counted':>9}{'cross-group':>13}{'on lo':>8}{'between nodes':>15}{'steps/s':>9}")
+
+    def mb(v) -> str:
+        return f"{v / 1e6:.4f}" if v is not None else "-"
+
     for r in rows:
-        cross = r.get("cross_group_bytes_per_step")
-        lo = r.get("lo_bytes_per_step")
-        print(f"{r['description']:<42}{r['counted_bytes_per_step'] / 1e6:>16.4f}"
-              f"{(f'{cross / 1e6:.4f}' if cross is not None else '-'):>13}"
-              f"{(f'{lo / 1e6:.4f}' if lo is not None else '-'):>15}{r['steps_per_second']:>9.2f}")
+        print(f"{r['description']:<42}{mb(r['counted_bytes_per_step']):>9}{mb(r.get('cross_group_bytes_per_step')):>13}"
+              f"{mb(r.get('lo_bytes_per_step')):>8}{mb(r.get('between_nodes_bytes_per_step')):>15}"
+              f"{r['steps_per_second']:>9.2f}")
 
 
 def main() -> None:
@@ -220,7 +255,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--json", default=str(ROOT / "bench/results/deepspeed_hierarchy.json"))
-    ap.add_argument("--no-lo", dest="lo", action="store_false", help="do not measure loopback bytes (no netns)")
+    ap.add_argument("--link", default="none",
+                    help="none: all workers in one namespace; a rate (100mbit, 1gbit): one namespace per node of "
+                         "--group-size workers, nodes joined by links shaped to it")
+    ap.add_argument("--no-lo", dest="lo", action="store_false", help="do not measure wire bytes (no netns, no root)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--setting", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -232,14 +270,41 @@ def main() -> None:
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         ap.error(f"unknown --settings {unknown}; choose from {', '.join(SETTINGS)}")
+    if args.workers % args.group_size:
+        ap.error(f"--group-size {args.group_size} does not divide --workers {args.workers}")
+    if args.link != "none":
+        return run_on_nodes(args, settings)
     if args.lo and not can_unshare():
-        print("[bench] not root or no unshare/ip: loopback bytes are not measured (--no-lo)")
+        print("[bench] not root or no unshare/ip: wire bytes are not measured (--no-lo)")
         args.lo = False
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_setting(s, args, tmp) for s in settings]
+    report(rows, args)
+
+
+def run_on_nodes(args, settings: list[str]) -> None:
+    """Every setting on G node namespaces whose links are shaped to ``--link``."""
+    from cluster.links import parse_link
+    from cluster.netns import Cluster, missing_requirements, signals_raise
+    from cluster.shaping import Shaper
+
+    missing = missing_requirements(need_tun=False)
+    if missing:
+        raise SystemExit("[bench] --link needs: " + "; ".join(missing))
+    link = parse_link(args.link if "/" in args.link else f"{args.link}/0ms")
+    with signals_raise(), Cluster(args.workers // args.group_size) as cluster, tempfile.TemporaryDirectory() as tmp:
+        shaper = Shaper(cluster, mode="none")
+        shaper.apply(link)
+        print(f"[bench] {cluster.n} nodes x {args.group_size} workers, links {link.spec}", flush=True)
+        rows = [run_setting(s, args, tmp, cluster) for s in settings]
+        shaper.close()
+    report(rows, args)
+
+
+def report(rows: list[dict], args) -> None:
     print_table(rows)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"workers": args.workers, "group_size": args.group_size,
+    Path(args.json).write_text(json.dumps({"workers": args.workers, "group_size": args.group_size, "link": args.link,
                                            "steps": args.steps, "rows": rows}, indent=2))
 
 
