@@ -298,8 +298,13 @@ class DistributedRun:
         c = self.sync.comm.stats.total() if (self.sync is not None and self.sync.comm) else self.ddp_counter
         sent, recv, seconds = self.all_mean([c.bytes_sent, c.bytes_recv, c.seconds])
         steps = max(self.step, 1)
-        return {"bytes_sent_per_worker": sent, "bytes_recv_per_worker": recv, "comm_seconds_per_worker": seconds,
-                "bytes_sent_per_step_per_worker": sent / steps, "bytes_recv_per_step_per_worker": recv / steps}
+        out = {"bytes_sent_per_worker": sent, "bytes_recv_per_worker": recv, "comm_seconds_per_worker": seconds,
+               "bytes_sent_per_step_per_worker": sent / steps, "bytes_recv_per_step_per_worker": recv / steps}
+        split = getattr(self.sync, "traffic_split", None)
+        if split is not None:  # hierarchical: the above is between groups; add the gradients inside a group
+            (intra,) = self.all_mean([split()["intra"]])
+            out.update({"intra_group_bytes_sent_per_worker": intra, "intra_group_bytes_sent_per_step_per_worker": intra / steps})
+        return out
 
     def results(self, name: str, n_params: int, epochs: int, train_seconds: float, history: list) -> dict:
         """The part of results.json every trainer writes (who, how long, how much traffic)."""
