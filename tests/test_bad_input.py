@@ -509,8 +509,6 @@ def test_q_gt_2p_with_defaults_needs_the_world(tmp_path):
 # ------------------------------------------------------------------------------------------ safety audit
 
 PY_DIRS = ("gossip_accel", "bench", "tests", "recipes", "utils")
-#: findings in files other helpers own (xfail until they are fixed; file:line as of the audit)
-KNOWN_OTHERS: dict[str, str] = {}
 
 
 def _py_files() -> list[Path]:
@@ -572,18 +570,10 @@ def test_python_safety_rules(top):
     findings = []
     for p in _py_files():
         rel = p.relative_to(ROOT).as_posix()
-        if rel.split("/")[0] != top or rel in KNOWN_OTHERS:
+        if rel.split("/")[0] != top:
             continue
         findings += [f"{rel}:{f}" for f in unsafe_calls(p)]
     assert not findings, "\n".join(findings)
-
-
-@pytest.mark.parametrize("rel", [pytest.param(rel, marks=pytest.mark.xfail(reason=f"{rel} {why}", strict=False))
-                                 for rel, why in KNOWN_OTHERS.items()])
-def test_known_findings_in_others_files(rel):
-    if not (ROOT / rel).is_file():
-        pytest.skip(f"{rel} is gone: drop it from KNOWN_OTHERS")
-    assert unsafe_calls(ROOT / rel) == []
 
 
 def test_audit_catches_what_it_should(tmp_path):
@@ -599,8 +589,6 @@ def test_audit_catches_what_it_should(tmp_path):
 #: every shell script of the project: its path expansions must be quoted
 SHELL_GLOBS = ("utils/*.sh", "recipes/*/*/local/*.sh", "path.sh", "run.sh", "recipes/*/*/run.sh",
                "recipes/*/*/path.sh", "bench/**/*.sh", ".ci/*")
-#: findings in scripts other helpers own (xfail until fixed; file:line as of the audit)
-KNOWN_SHELL: dict[str, str] = {}
 #: path-like variable names (and positional parameters): their unquoted expansion splits a path
 #: with spaces into several words and globs it
 _PATHY = re.compile(r"^(?:\w*(?:dir|root|path|out|src|dst|file|data|local|venv|tpl|here|exp|scp|ark|lang|model|conf)"
@@ -678,8 +666,7 @@ def _shell_files() -> list[str]:
                   if p.suffix == ".sh" or p.read_bytes()[:2] == b"#!" and b"sh" in p.read_bytes().split(b"\n")[0])
 
 
-@pytest.mark.parametrize("rel", [pytest.param(r, marks=pytest.mark.xfail(reason=f"{r} {KNOWN_SHELL[r]}", strict=False))
-                                 if r in KNOWN_SHELL else r for r in _shell_files()])
+@pytest.mark.parametrize("rel", _shell_files())
 def test_shell_scripts_quote_paths(rel):
     assert unquoted_path_expansions(ROOT / rel) == []
 
