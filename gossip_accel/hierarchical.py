@@ -36,7 +36,7 @@ import torch.distributed as dist
 from .comm import Communicator, ring_allreduce_bytes
 from .components import Component
 from .config import ConfigError, SyncConfig, load_sync_config
-from .sync import Synchronizer
+from .sync import Synchronizer, broadcast_components
 from .topology import TopologyError
 
 STATE_KEY = "hierarchy"
@@ -131,6 +131,17 @@ def resolved_group_size(cfg: SyncConfig, world: Optional[int] = None) -> int:
     return cfg.hierarchy.resolved_group_size(world)
 
 
+def share_buffers_in_group(intra_comm: Communicator, buffers: Component, policy: str) -> None:
+    """The float buffers inside a group (each rank normalizes its own batch): the group's mean
+    (``sync.buffers: average``) or its local rank 0's (``broadcast``), before the sync between groups."""
+    buffers.gather()
+    if policy == "average":
+        intra_comm.allreduce_mean(buffers.name, buffers.flat)
+    else:
+        intra_comm.broadcast(buffers.name, buffers.flat, src=0)
+    buffers.scatter()
+
+
 class HierarchicalSynchronizer(Synchronizer):
     """A :class:`Synchronizer` whose replicas are groups of ranks (see the module docstring).
 
@@ -207,29 +218,17 @@ class HierarchicalSynchronizer(Synchronizer):
     def _share(self, comps: list[Component]) -> None:
         """The carrier of each component broadcasts its new value inside the group (fp32: the ranks
         of a group stay bitwise equal)."""
-        for comp in comps:
-            comp.gather()
-            self.intra_comm.broadcast(comp.name, comp.flat, src=self.carriers[comp.index])
-            comp.scatter()
+        broadcast_components(self.intra_comm, comps, lambda comp: self.carriers[comp.index])
 
     def _broadcast_initial(self) -> None:
         """Rank 0's theta_0 everywhere: inside each group from local rank 0, then between groups."""
         with self.intra_comm.accounting(self.oneoff_stats):
-            for comp in self._all_components():
-                comp.gather()
-                self.intra_comm.broadcast(comp.name, comp.flat, src=0)
-                comp.scatter()
+            broadcast_components(self.intra_comm, self._all_components())
         super()._broadcast_initial()
 
     def _sync_buffers(self, verdict: Any = None) -> None:
         """Buffers: the group's mean (or local rank 0's), then the flat policy between groups."""
-        comp = self.buffers
-        comp.gather()
-        if self.cfg.buffers == "average":
-            self.intra_comm.allreduce_mean(comp.name, comp.flat)
-        else:
-            self.intra_comm.broadcast(comp.name, comp.flat, src=0)
-        comp.scatter()
+        share_buffers_in_group(self.intra_comm, self.buffers, self.cfg.buffers)
         super()._sync_buffers(verdict)
 
     def finalize(self) -> None:

@@ -330,9 +330,9 @@ class ServerEngine:
 
         With sync.nonfinite a worker whose w^i is NaN/inf (one flag all-reduce per round, health.py)
         sends zeros, the sum and n run over the healthy workers, and it restarts from w~_t."""
-        verdict = self.sync._verdict(comps)
+        verdict = self.sync._verdict(comps)  # gathers them
         for j, c in enumerate(comps):
-            x = c.gather()
+            x = c.flat
             centre_t = self.centres[c.index] if self.is_server else self.buf[c.index]
             self.comm.broadcast(c.name, centre_t, src=self.server_rank)
             sick = verdict is not None and verdict.sick[self.rank][j]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -50,6 +50,15 @@ def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
             model = inner
         else:
             return model
+
+
+def broadcast_components(comm: Communicator, comps: Sequence[Component],
+                         src: Callable[[Component], int] = lambda comp: 0) -> None:
+    """Every rank of ``comm``'s group <- rank ``src(comp)``'s value of each of ``comps``."""
+    for comp in comps:
+        comp.gather()
+        comm.broadcast(comp.name, comp.flat, src=src(comp))
+        comp.scatter()
 
 
 class Synchronizer:
@@ -166,8 +175,7 @@ class Synchronizer:
         buffers_due = self.buffers is not None and event_at(self.t, self.buffers.period, cfg.warmup_steps,
                                                             cfg.warmup_period)
         verdict = self._verdict([c for c, _ in full] + ([self.buffers] if buffers_due else []))
-        for j, (comp, ev) in enumerate(full):
-            comp.gather()
+        for j, (comp, ev) in enumerate(full):  # _verdict gathered them
             kind = self._masked_allreduce(comp, ev.kind, verdict, j)
             self._apply(comp, kind)
         if ring:
@@ -213,9 +221,8 @@ class Synchronizer:
     # -- internals -----------------------------------------------------------------------
     def _average_all_components(self) -> None:
         carried = self._carried()
-        verdict = self._verdict(carried)
+        verdict = self._verdict(carried)  # gathers them
         for j, comp in enumerate(carried):
-            comp.gather()
             self._masked_allreduce(comp, "final", verdict, j)
             comp.scatter()
         self._share(self.components)
@@ -223,10 +230,7 @@ class Synchronizer:
     def _broadcast_initial(self) -> None:
         """theta_0^k <- theta_0 of rank 0 (Algorithm 1, line 1), counted as a one-off."""
         with self.comm.accounting(self.oneoff_stats):
-            for comp in self._all_components():
-                comp.gather()
-                self.comm.broadcast(comp.name, comp.flat, src=0)
-                comp.scatter()
+            broadcast_components(self.comm, self._all_components())
 
     # -- what a subclass changes (gossip_accel/hierarchical.py) -----------------------------------
     def _carries(self, comp: Component) -> bool:
@@ -246,11 +250,13 @@ class Synchronizer:
 
     # -- sync.nonfinite: a diverged replica is detected, excluded and reset (gossip_accel/health.py) --
     def _verdict(self, comps: list[Component]) -> Optional[health.Verdict]:
-        """Who is sick among the ranks for each of ``comps``: ONE all-reduce of an (n, m) flag matrix
+        """Gathers each of ``comps`` into its flat buffer (callers read ``comp.flat`` after it), then:
+        who is sick among the ranks for each of them: ONE all-reduce of an (n, m) flag matrix
         (n * m * 4 bytes, counted in ``health_stats``). Raises per the policy; None with ``ignore``."""
+        flats = [c.gather() for c in comps]
         if self.cfg.nonfinite == "ignore" or not comps:
             return None
-        local = [any(health.replica_sick(c.gather(), self.slots.get(c.name))) for c in comps]
+        local = [any(health.replica_sick(flat, self.slots.get(c.name))) for c, flat in zip(comps, flats)]
         flags = health.flag_matrix(local, self.rank, self.world_size)
         with self.comm.accounting(self.health_stats):
             self.comm.allreduce_mean("nonfinite_flags", flags)

@@ -167,10 +167,3 @@ def simulate(name: str) -> tuple[list[dict], list[dict]]:
     return before, [model_state(m) for m in models]
 
 
-def assert_states_close(a: dict, b: dict, what: str, atol: float = 1e-5) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if a[k].is_floating_point():
-            torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-5, msg=lambda m: f"{what} {k}: {m}")
-        else:
-            assert torch.equal(a[k], b[k]), f"{what} {k}"

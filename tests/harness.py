@@ -71,6 +71,27 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+#: parameters of a distributed run and of the simulator agree to this (float32, other summation order)
+ATOL = 1e-5
+
+
+def assert_states_close(a: dict, b: dict, what: str, atol: float = ATOL) -> None:
+    """Two state dicts hold the same keys, float tensors within ``atol``, the others equal."""
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k].is_floating_point():
+            torch.testing.assert_close(a[k], b[k], atol=atol, rtol=1e-5, msg=lambda m: f"{what} {k}: {m}")
+        else:
+            assert torch.equal(a[k], b[k]), f"{what} {k}"
+
+
+def assert_matches_oracle(got: dict, before: dict, final: dict, what: str) -> None:
+    """A rank's state before and after the final average (``got["before"]``, ``got["final"]``)
+    equals the oracle's; ``what`` prefixes the failure message (e.g. ``"ma rank 2 "``)."""
+    assert_states_close(got["before"], before, f"{what}before final average")
+    assert_states_close(got["final"], final, f"{what}final")
+
+
 def build(rank: int, overrides: Sequence[str], init_seed: int | None = None, optimizer: str = "sgd"):
     """A worker's model, optimizer and synchronizer."""
     model = initial_model(rank if init_seed is None else init_seed)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import OPTIMIZER, RESUMED, SCENARIOS, WORLD, simulate_scenario, spawn_all
+from harness import (ATOL, OPTIMIZER, RESUMED, SCENARIOS, WORLD, assert_matches_oracle, assert_states_close,
+                     simulate_scenario, spawn_all)
 
-ATOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -14,13 +14,6 @@ def results(tmp_path_factory):
     return spawn_all(str(tmp_path_factory.mktemp("dist")))
 
 
-def assert_states_close(a: dict, b: dict, what: str) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if a[k].is_floating_point():
-            torch.testing.assert_close(a[k], b[k], atol=ATOL, rtol=1e-5, msg=lambda m: f"{what} {k}: {m}")
-        else:
-            assert torch.equal(a[k], b[k]), f"{what} {k}"
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -29,8 +22,7 @@ def test_each_algorithm_matches_simulator(results, name):
     sim_before, sim_final = simulate_scenario(overrides, steps, optimizer=OPTIMIZER.get(name, "sgd"))
     for rank in range(WORLD):
         got = results[rank][name]
-        assert_states_close(got["before"], sim_before[rank], f"{name} rank {rank} before final average")
-        assert_states_close(got["final"], sim_final[rank], f"{name} rank {rank} final")
+        assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
     # the final model is the same on every rank (Algorithm 1, line 20)
     for rank in range(1, WORLD):
         for k, v in results[rank][name]["final"].items():

@@ -11,7 +11,8 @@ import torch
 from gossip_accel.config import ConfigError, HierarchyConfig, load_sync_config
 from gossip_accel.hierarchical import GroupLayout, HierarchicalSynchronizer, assign_carriers
 from gossip_accel.schedule import event_at
-from group_runs import BASE, RESUMED, SCENARIOS, assert_states_close, overrides_of, run, simulate
+from group_runs import BASE, RESUMED, SCENARIOS, overrides_of, run, simulate
+from harness import assert_matches_oracle, assert_states_close
 
 HIER = [n for n in SCENARIOS if n.startswith("hier_")]
 
@@ -24,8 +25,7 @@ def params(state: dict) -> dict:
 def test_hierarchical_matches_simulator(name):
     sim_before, sim_final = simulate(name)
     for rank, got in enumerate(run(name)):
-        assert_states_close(got["before"], sim_before[rank], f"{name} rank {rank} before final average")
-        assert_states_close(got["final"], sim_final[rank], f"{name} rank {rank} final")
+        assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
 
 
 @pytest.mark.parametrize("name", HIER)

@@ -45,6 +45,7 @@ from typing import Any, Iterator, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from ..comm import Communicator
 from ..config import ConfigError, load_sync_config
 from ..schedule import event_at
 from ..sync import Synchronizer
@@ -286,6 +287,7 @@ class DeepSpeedSynchronizer(Synchronizer):
                                   "group; do not pass process_group")
             self._pairs = partition_pairs(engine)
             process_group = self.replica_groups.cross
+            self._intra_comm = Communicator(self.replica_groups.intra)  # the buffers inside a group
         else:
             self._pairs = master_pairs(engine)
         super().__init__(_MasterView(engine.module, self._pairs), cfg, (), process_group)
@@ -343,15 +345,9 @@ class DeepSpeedSynchronizer(Synchronizer):
         """Replica groups: the float buffers (each rank normalizes its own batch) are first averaged
         (or taken from local rank 0) inside the group, then synchronized between groups."""
         if self.replica_groups is not None and self.buffers is not None:
-            comp = self.buffers
-            comp.gather()
-            intra = self.replica_groups.intra
-            if self.cfg.buffers == "average":
-                dist.all_reduce(comp.flat, group=intra)
-                comp.flat.div_(dist.get_world_size(intra))
-            else:
-                dist.broadcast(comp.flat, src=dist.get_global_rank(intra, 0), group=intra)
-            comp.scatter()
+            from ..hierarchical import share_buffers_in_group
+
+            share_buffers_in_group(self._intra_comm, self.buffers, self.cfg.buffers)
         super()._sync_buffers(*args, **kwargs)
 
 
