@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("deepspeed")
-
 sys.path.insert(0, str(Path(__file__).parent / "scripts"))
 import ds_worker  # noqa: E402
 from harness import assert_matches_oracle, simulate_scenario, spawn_with_timeout  # noqa: E402

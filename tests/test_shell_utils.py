@@ -7,7 +7,6 @@ path) into a temporary directory and runs it with bash under `set -euo pipefail`
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,8 +14,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 UTILS = REPO / "utils"
-
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="bash not available")
 
 RECIPE = """\
 #!/usr/bin/env bash

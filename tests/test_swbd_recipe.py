@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -45,10 +44,6 @@ OVERRIDES = ["train.max_epochs=1", "train.max_steps_per_epoch=3", "model.options
              "sync.period=1", "sync.warmup_steps=0", "data.max_frames=1000"]
 
 
-needs_flite = pytest.mark.skipif(shutil.which("flite") is None and os.geteuid() != 0,
-                                 reason="the mini Switchboard needs flite (apt-get install flite); stage 0 installs it as root")
-
-
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     """A scratch recipe dir after stages 0-3 (tiny mini corpus, data dirs, 8 kHz features, BPE units)."""
@@ -58,7 +53,6 @@ def prepared(tmp_path_factory):
     return recipe, proc
 
 
-@needs_flite
 def test_swbd_recipe_all_stages(prepared, tmp_path):
     recipe, prep = prepared
     lm_conf = tmp_path / "lm_tiny.yaml"
@@ -97,7 +91,6 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     assert again.returncode == 0 and "already trained" in again.stderr, again.stderr[-3000:]
 
 
-@needs_flite
 def test_swbd_training_stage_on_two_nodes(prepared):
     """Stage 4 on two "nodes" over loopback (two run.sh, node ranks 1 and 0): one job of 2 x 1 workers."""
     recipe, _ = prepared

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Debian packages the recipes and tests use beyond Python: flite (the mini corpora's voices),
-# iproute2 (the emulated-cluster benchmark's namespaces and tc). Installs what is missing when
-# run as root (apt-get); otherwise says what to install. Idempotent: a no-op when all are there.
+# iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl). Installs what
+# is missing when run as root (apt-get); otherwise says what to install and fails, because the
+# tests need them (none is skipped for want of a package). Idempotent: a no-op when all are there.
 set -euo pipefail
-declare -A need=([flite]=flite [ip]=iproute2 [tc]=iproute2)
+declare -A need=([flite]=flite [ip]=iproute2 [tc]=iproute2 [sysctl]=procps)
 missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
@@ -12,7 +13,7 @@ done
 pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "install_system_deps: missing $pkgs- install them (Debian/Ubuntu: sudo apt-get install $pkgs)" >&2
-  exit 0
+  exit 1
 fi
 echo "install_system_deps: apt-get install $pkgs" >&2
 { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $pkgs; } >&2
