@@ -75,6 +75,9 @@ class ComponentRule:
 
 #: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/precision.py)
 EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
+#: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
+#: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
+MIXINGS = ("pull", "pair")
 #: ``sync.hierarchy.carriers``: which local rank of a group carries component i between groups
 CARRIER_POLICIES = ("balanced", "round_robin")
 #: ``sync.hierarchy.group_size`` words: one group per node (``node`` insists on several nodes)
@@ -151,6 +154,7 @@ class SyncConfig:
     enabled: bool = True
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
     exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
+    mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
     # -- EASGD (eq. 8-9 of 001): alpha = eta * lambda --------------------------------------
     easgd_alpha: Optional[float] = None   # alpha itself; default 0.9 / n (beta = n alpha = 0.9)
@@ -210,6 +214,8 @@ class SyncConfig:
         p = self.resolved_p(n)
         if self.algorithm.startswith("local_"):
             return 2 * p if self.q is None else self.q
+        if self.mixing == "pair":
+            return 1 if self.q is None else self.q  # one partner per round
         return min(p, 2) if self.q is None else self.q
 
     def resolved_block_momentum(self, n: int) -> float:
@@ -281,6 +287,15 @@ def validate(cfg: SyncConfig) -> None:
     if cfg.p is not None and cfg.q is not None and cfg.q > 2 * cfg.p:
         raise ConfigError(f"sync.q={cfg.q} > 2 * sync.p = {2 * cfg.p}: a node has only 2p ring neighbours "
                           f"(Definition 1); lower sync.q or raise sync.p")
+    if cfg.mixing not in MIXINGS:
+        raise ConfigError(f"sync.mixing={cfg.mixing!r}; choose one of {', '.join(MIXINGS)} "
+                          "(pull: each node averages with q neighbours it picks; pair: random ring matching)")
+    if cfg.mixing == "pair" and not cfg.algorithm.startswith("gossip_"):
+        raise ConfigError(f"sync.mixing=pair is a gossip round (gossip_ma, gossip_bmuf); {cfg.algorithm} "
+                          "averages over fixed neighbours: set sync.mixing=pull")
+    if cfg.mixing == "pair" and cfg.q not in (None, 1):
+        raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
+                          "drop sync.q (or set it to 1), or use sync.mixing=pull")
     _validate_wire_and_hierarchy(cfg)
     if not cfg.components:
         raise ConfigError("sync.components is empty; give at least one rule, e.g. {name: all}")

@@ -123,7 +123,7 @@ class Synchronizer:
         self.oneoff_stats = CommStats()
         n = self.world_size
         self.topology = make_topology(
-            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed
+            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed, self.cfg.mixing
         )
         if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
             self._broadcast_initial()
@@ -315,7 +315,7 @@ class Synchronizer:
             send = self._send[comp.name].copy_(comp.flat) if comp.name in self._send else comp.flat  # the wire
             items.append(Exchange(
                 comp.name, comp.index, send, plan.send_to[self.rank],
-                plan.recv_from[self.rank], self._recv[comp.name],
+                plan.recv_from[self.rank], self._recv[comp.name][:len(plan.recv_from[self.rank])],
             ))
         self.comm.exchange(items)
         for (comp, ev), it in zip(due, items):

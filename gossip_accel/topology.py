@@ -14,6 +14,9 @@
   ADPSGD free of deadlocks. ``fixed``: actives alternate between their right and left
   neighbour; ``random``: actives are matched with passives by a random permutation drawn
   from (seed, round), like the gossip draws a pure function that every rank can compute.
+* :class:`PairedRingTopology` (``sync.mixing: pair``) replaces the one-way pull of Algorithm 1
+  line 7 by a random matching of ring neighbours: both ends of a pair average, so the round's
+  mixing matrix is symmetric and doubly stochastic and the global mean is preserved.
 """
 from __future__ import annotations
 
@@ -101,6 +104,45 @@ class RingTopology:
         return Plan(recv_from=recv, send_to=tuple(tuple(sorted(s)) for s in send))
 
 
+class PairedRingTopology(RingTopology):
+    """``sync.mixing: pair``: each round a random matching on the p-symmetric ring; partners average.
+
+    The paper's pull (Algorithm 1 line 7) lets node k average with q nodes it chose, but nobody
+    averages with k in return unless it chose k too: the round's mixing matrix W is row- but not
+    column-stochastic, so the mean (1/n) sum_k theta_k drifts. Here the round draws a maximal
+    matching M of the ring's edges {(k, k+d): d = 1..p} (greedy over the edges in an order seeded by
+    (seed, component, round), the same on every rank), and every pair (a, b) in M computes
+    theta_bar = (theta_a + theta_b) / 2: W = I - sum_{(a,b) in M} (e_a - e_b)(e_a - e_b)^T / 2 is
+    symmetric and doubly stochastic. A node the matching leaves out keeps its model that round
+    (it still applies the rule of its schedule event to its own theta). Traffic equals q = 1 pull.
+    """
+
+    mixing = "pair"
+
+    def __init__(self, n: int, p: int, seed: int = 0):
+        super().__init__(n, p, 1, seed)
+
+    def matching(self, component: int, round_: int) -> tuple[tuple[int, int], ...]:
+        """The pairs (a, b), a < b, of ``round_`` of ``component``: a maximal matching of ring edges."""
+        n, p = self.n, self.p
+        edges = [(k, (k + d) % n) for d in range(1, p + 1) for k in range(n)]
+        order = np.random.default_rng([self.seed, component, round_, n, 2]).permutation(len(edges))
+        free = [True] * n
+        pairs = []
+        for e in order:
+            a, b = edges[e]
+            if free[a] and free[b]:
+                free[a] = free[b] = False
+                pairs.append((min(a, b), max(a, b)))
+        return tuple(sorted(pairs))
+
+    def plan(self, component: int, round_: int) -> Plan:
+        partner: list[tuple[int, ...]] = [()] * self.n
+        for a, b in self.matching(component, round_):
+            partner[a], partner[b] = (b,), (a,)
+        return Plan(recv_from=tuple(partner), send_to=tuple(partner))
+
+
 class PairTopology:
     """ADPSGD's pairing on a ring of n (even) nodes: one partner per node and round.
 
@@ -150,9 +192,10 @@ class PairTopology:
         raise AssertionError("every node has a partner")  # pragma: no cover
 
 
-def make_topology(algorithm: str, n: int, p: int, q: int, seed: int):
+def make_topology(algorithm: str, n: int, p: int, q: int, seed: int, mixing: str = "pull"):
     """Topology for a configured algorithm: full graph for ma/bmuf (and the star of the
-    server algorithms), ADPSGD's pairs for adpsgd_*, the p-symmetric ring otherwise."""
+    server algorithms), ADPSGD's pairs for adpsgd_*, the p-symmetric ring otherwise
+    (``mixing="pair"``: its random matchings, :class:`PairedRingTopology`)."""
     if algorithm in ("ma", "bmuf", "easgd", "easgd_async", "asgd"):
         return FullTopology(n)
     if algorithm.startswith("adpsgd_"):
@@ -162,4 +205,9 @@ def make_topology(algorithm: str, n: int, p: int, q: int, seed: int):
             f"{algorithm} averages with all 2p={2 * p} ring neighbours, but q={q}; "
             f"drop sync.q or use gossip_{algorithm[len('local_'):]} for q < 2p"
         )
+    if mixing == "pair":
+        if q != 1:
+            raise TopologyError(f"sync.mixing=pair gives every node one partner per round, but q={q}; "
+                                "drop sync.q (or set it to 1), or use sync.mixing=pull")
+        return PairedRingTopology(n, p, seed)
     return RingTopology(n, p, q, seed)

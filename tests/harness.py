@@ -33,6 +33,7 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "local_bmuf": (["sync.algorithm=local_bmuf", "sync.p=1", "sync.block_momentum=0.9"], 20),
     "gossip_ma": (["sync.algorithm=gossip_ma", "sync.p=1", "sync.q=1"], 20),
     "gossip_bmuf": (["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.block_momentum=0.9"], 24),
+    "gossip_bmuf_pair": (["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.seed=2"], 20),
     "gossip_bmuf_warmup": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
                             "sync.warmup_period=2", "sync.seed=3"], 22),
     "bmuf_slots_cpu_bcast_buffers": (["sync.algorithm=bmuf", "sync.slots_on_cpu=true",

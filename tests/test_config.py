@@ -274,3 +274,19 @@ def test_validate_for_world():
     with pytest.raises(ConfigError, match="sync.server_rank"):
         validate_for_world(load_sync_config(None, ["sync.algorithm=asgd", "sync.server_rank=3"]), 2)
     validate_for_world(load_sync_config(None, ["sync.algorithm=ma", "sync.server_rank=9"]), 2)  # unused there
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["sync.mixing=push"], "sync.mixing='push'; choose one of pull, pair"),
+    (["sync.algorithm=bmuf", "sync.mixing=pair"], "sync.mixing=pair is a gossip round"),
+    (["sync.algorithm=local_bmuf", "sync.mixing=pair"], "sync.mixing=pair is a gossip round"),
+    (["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.q=2"], "one partner per round, but sync.q=2"),
+])
+def test_mixing_is_validated(overrides, match):
+    with pytest.raises(ConfigError, match=match.replace("(", r"\(").replace("[", r"\[")):
+        load_sync_config(None, overrides)
+
+
+def test_pair_mixing_has_one_partner_whatever_p():
+    cfg = load_sync_config(None, ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.p=3"])
+    assert cfg.resolved_q(16) == 1

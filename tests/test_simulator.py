@@ -231,6 +231,45 @@ def test_gossip_average_is_line_8_on_the_ring():
             assert not all_equal(post)
 
 
+@pytest.mark.parametrize("n,p", [(4, 1), (7, 2)])
+def test_paired_gossip_averages_partners_and_preserves_the_mean(n, p):
+    """sync.mixing=pair: both ends of a matched pair take (theta_a + theta_b) / 2, an unmatched node
+    keeps its own, so the mean over the replicas is the same before and after a gossip-MA round."""
+    cfg = {"components": [{"name": "a", "pattern": r"^hidden\."}, {"name": "rest"}], "period": 2}
+    cluster = SimulatedCluster(make_models(n), cfg, ["sync.algorithm=gossip_ma", "sync.mixing=pair", f"sync.p={p}"])
+    topo = cluster.topology
+    assert topo.mixing == "pair" and topo.q == 1
+    opts = opts_for(cluster.models)
+    for t in range(1, 9):
+        local_steps(cluster, opts, t)
+        pre = {name: comp_values(cluster, name) for name in ("a", "rest")}
+        cluster.step()
+        if t % 2:
+            continue
+        for ci, name in enumerate(("a", "rest")):
+            plan = topo.plan(ci, t // 2)
+            post = comp_values(cluster, name)
+            for k in range(n):
+                members = [k, *plan.recv_from[k]]
+                expected = torch.stack([pre[name][j] for j in members]).mean(0)
+                torch.testing.assert_close(post[k], expected, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(torch.stack(post).mean(0), torch.stack(pre[name]).mean(0),
+                                       atol=1e-6, rtol=1e-6)
+
+
+def test_pulled_gossip_does_not_preserve_the_mean():
+    """The paper's one-way pull (q = 1 of 2p = 2): a round's mixing matrix is not column-stochastic."""
+    cfg = {"components": [{"name": "all"}], "period": 1}
+    cluster = SimulatedCluster(make_models(5), cfg, ["sync.algorithm=gossip_ma", "sync.p=1", "sync.q=1",
+                                                     "sync.broadcast_initial=false"])
+    pre = comp_values(cluster, "all")
+    moved = False
+    for t in range(1, 5):
+        cluster.step()
+        moved |= not torch.allclose(torch.stack(comp_values(cluster, "all")).mean(0), torch.stack(pre).mean(0))
+    assert moved
+
+
 @pytest.mark.parametrize("kind", ["ma", "bmuf"])
 def test_gossip_with_q_2p_equals_local(kind):
     kw = dict(n=5, steps=17, config=TOY_CFG, finalize=False)

@@ -240,3 +240,34 @@ def test_make_topology_gossip_is_ring(algo):
         make_topology(algo, 1, 1, 1, 0)
     with pytest.raises(TopologyError, match=r"q=5"):
         make_topology(algo, 8, 2, 5, 0)
+
+
+# -- sync.mixing=pair: random matchings of ring neighbours ----------------------------------------
+@pytest.mark.parametrize("n,p", [(4, 1), (5, 1), (8, 1), (9, 2), (16, 3)])
+def test_paired_ring_draws_a_maximal_matching_of_ring_edges(n, p):
+    from gossip_accel.topology import PairedRingTopology
+
+    topo = make_topology("gossip_bmuf", n, p, 1, 7, mixing="pair")
+    assert isinstance(topo, PairedRingTopology) and isinstance(topo, RingTopology)
+    seen = Counter()
+    for comp, rnd in itertools.product(range(3), range(1, 30)):
+        pairs = topo.matching(comp, rnd)
+        nodes = [k for pair in pairs for k in pair]
+        assert len(nodes) == len(set(nodes))                      # a matching
+        for a, b in pairs:
+            assert b in topo.neighbours(a)                        # of ring edges
+        free = set(range(n)) - set(nodes)
+        assert not any(b in topo.neighbours(a) for a in free for b in free if a < b)  # maximal
+        plan = topo.plan(comp, rnd)
+        assert plan.recv_from == plan.send_to                     # both ends average: symmetric
+        assert all(len(r) <= 1 for r in plan.recv_from)
+        assert plan == topo.plan(comp, rnd)                       # a pure function of (seed, comp, round)
+        seen.update(pairs)
+    assert len(seen) == n * p                                     # every ring edge is used sometime
+    if n % 2 == 0 and p == 1:
+        assert all(len(topo.matching(0, r)) in (n // 2, n // 2 - 1) for r in range(1, 30))
+
+
+def test_paired_ring_refuses_q_above_one():
+    with pytest.raises(TopologyError, match="one partner"):
+        make_topology("gossip_ma", 8, 2, 2, 0, mixing="pair")

@@ -1,0 +1,286 @@
+"""Quality benchmark: which knob closes gossip-BMUF's gap to DDP, measured on the LM recipes.
+
+    . path.sh
+    python bench/quality.py --grid knobs                    # one change at a time from the paper's settings
+    python bench/quality.py --grid methods --seeds 0 1 2    # every method at the defaults, 3 seeds
+    python bench/quality.py --corpus gutenberg --grid methods --epochs 3
+    python bench/quality.py --settings ddp gossip_bmuf eta_0.9 --epochs 4
+    python bench/quality.py --grid methods --report-only    # table, JSON and plots from the runs on disk
+
+Every setting is one real training run of the recipe's LM (``conf/mini.yaml`` +
+``conf/period_16_128.yaml``, ``--workers`` gloo workers through ``utils/launch.sh``) followed by
+the test perplexity of its final (worker-averaged) model. Runs go to
+``<out>/<corpus>/e<epochs>-n<workers>/<setting>-s<seed>`` and a finished run is never repeated,
+so the grid is resumable (Ctrl-C, then the same command). A setting is a list of trainer
+overrides on top of the recipe conf; ``base`` is the paper's gossip-BMUF (eta = 0.9, zeta = 1,
+no warm-up, one-way pull), every ``knobs`` entry changes one thing.
+
+Output: a markdown table (mean and spread over seeds of valid/test perplexity, MB sent per step
+and worker, ratio to DDP's bytes and perplexity), ``<out>/<corpus>_e<epochs>_n<workers>.json``,
+and three plots beside it: validation perplexity per epoch, against MB sent per worker, and
+against the wall-clock the run would take on the emulated 100 Mbit/20 ms network when
+``--speeds`` names a ``bench/cluster_bench.py`` JSON (steps/s measured there for the same
+algorithm and periods x this run's steps; the plot says so). Benchmarks assert nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
+RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
+
+#: name -> (what it is, trainer overrides). "ddp" and "single" are the baselines.
+SETTINGS: dict[str, tuple[str, list[str]]] = {
+    "single": ("one worker, no sync (4x the steps of a worker)", ["sync.enabled=false"]),
+    "ddp": ("gradient all-reduce every step", ["sync.enabled=false"]),
+    # the paper's settings, and one change at a time from them
+    "base": ("gossip-BMUF as in the paper: eta 0.9, zeta 1, pull, no warm-up",
+             ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9"]),
+    "eta_rule": ("eta from eq. 6 (0.75 for n=4)", ["sync.algorithm=gossip_bmuf", RULE]),
+    "eta_0.5": ("eta 0.5", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.5"]),
+    "zeta_2_rule": ("zeta 2, eta from eq. 6 (0.875)", ["sync.algorithm=gossip_bmuf", RULE, "sync.block_lr=2.0"]),
+    "pair": ("random ring matching instead of the one-way pull", ["sync.algorithm=gossip_bmuf",
+                                                                  "sync.block_momentum=0.9", "sync.mixing=pair"]),
+    "warmup_32x8": ("4 full averages in the first 32 steps", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
+                                                             "sync.warmup_steps=32", "sync.warmup_period=8"]),
+    "lr_0.05": ("inner Adagrad lr 0.05 (recipe: 0.03)", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
+                                                        "train.lr=0.05"]),
+    "emb_64": ("embedding shards every 64 steps (16,64)", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
+                                                           "sync.components.0.period=64"]),
+    # the methods, each at the recipe's defaults (the sync section of conf/mini.yaml)
+    "ma": ("model averaging", ["sync.algorithm=ma"]),
+    "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
+    "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
+    "gossip_ma": ("gossip-MA", ["sync.algorithm=gossip_ma"]),
+    "gossip_bmuf": ("gossip-BMUF", ["sync.algorithm=gossip_bmuf"]),
+}
+GRIDS = {
+    "knobs": ["ddp", "base", "eta_rule", "eta_0.5", "zeta_2_rule", "pair", "warmup_32x8", "lr_0.05", "emb_64"],
+    "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf"],
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--corpus", choices=sorted(RECIPES), default="wikitext")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default=None, help="a named list of settings")
+    ap.add_argument("--settings", nargs="+", default=None, help=f"settings by name: {', '.join(SETTINGS)}")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=OVERRIDE[,OVERRIDE...]",
+                    help="an extra setting of your own, e.g. 'mine=sync.algorithm=gossip_bmuf,sync.q=2'")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.seed and sync.seed of each run")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality")
+    ap.add_argument("--speeds", type=Path, default=None,
+                    help="a bench/cluster_bench.py JSON: steps/s per setting for the wall-clock plot")
+    ap.add_argument("--network", default="cross-site", help="the network of --speeds to use")
+    ap.add_argument("--report-only", action="store_true", help="no training: report the runs on disk")
+    ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("extra", nargs="*", help="trainer overrides for every run (after --)")
+    args = ap.parse_args(argv)
+    names = list(GRIDS[args.grid]) if args.grid else []
+    names += [n for n in (args.settings or []) if n not in names]
+    for item in args.set:
+        name, sep, ov = item.partition("=")
+        if not sep or not ov:
+            ap.error(f"--set {item!r}: give NAME=OVERRIDE[,OVERRIDE...]")
+        SETTINGS[name] = (item, ov.split(","))
+        names.append(name)
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        ap.error(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
+    if not names:
+        ap.error("give --grid, --settings or --set")
+    args.names = names
+    return args
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_data(recipe: Path) -> Path:
+    """The recipe's stages 0-1 (mini corpus, vocabulary) if their output is missing."""
+    data = recipe / "data" / "lm"
+    if not (data / "vocab.txt").is_file():
+        subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "0", "--stop-stage", "1"], check=True)
+    return data
+
+
+def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args) -> dict:
+    """Train and evaluate one setting (skipped when its results are complete); returns results.json."""
+    res_file = run_dir / "results.json"
+    if res_file.is_file() and "final_test_ppl" in json.loads(res_file.read_text()):
+        return json.loads(res_file.read_text())
+    if args.report_only:
+        return {}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    workers = 1 if name == "single" else args.workers
+    overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed}",
+                 *args.extra]
+    load_before = os.getloadavg()
+    cmd = ["bash", str(ROOT / "utils" / "launch.sh"), "--num-workers", str(workers), "--port", str(free_port()), "--",
+           "-m", "gossip_accel.bin.train_lm", "--config", str(recipe / "conf" / "mini.yaml"),
+           "--config", str(recipe / "conf" / "period_16_128.yaml"), "--exp-dir", str(run_dir),
+           "--name", f"{name}-s{seed}", f"data.dir={data}", *overrides]
+    print(f"[quality] {name} seed {seed}: {' '.join(overrides)}", flush=True)
+    start = time.time()
+    with open(run_dir / "train.log", "a") as log:
+        r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=recipe)
+        if r.returncode == 0:
+            r = subprocess.run([sys.executable, "-m", "gossip_accel.bin.eval_lm", "--exp-dir", str(run_dir)],
+                               stdout=log, stderr=subprocess.STDOUT, cwd=recipe)
+    if r.returncode != 0 or not res_file.is_file():
+        raise SystemExit(f"[quality] {name} seed {seed} failed (rc {r.returncode}); see {run_dir / 'train.log'}")
+    res = json.loads(res_file.read_text())
+    res["bench"] = {"overrides": overrides, "wall_seconds": time.time() - start,
+                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    res_file.write_text(json.dumps(res, indent=2))
+    print(f"[quality] {name} seed {seed}: test ppl {res['final_test_ppl']:.2f}, "
+          f"{res['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB/step/worker", flush=True)
+    return res
+
+
+def spread(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summarize(runs: dict[str, list[dict]]) -> list[dict]:
+    """One row per setting: mean and standard deviation over its seeds."""
+    base = runs.get("ddp") or []
+    ddp_bytes = statistics.fmean(r["bytes_sent_per_step_per_worker"] for r in base) if base else None
+    ddp_ppl = spread([r["final_test_ppl"] for r in base])[0] if base else None
+    rows = []
+    for name, rs in runs.items():
+        if not rs:
+            continue
+        test, test_sd = spread([r["final_test_ppl"] for r in rs])
+        valid, valid_sd = spread([r["final_valid_ppl"] for r in rs])
+        mb = statistics.fmean(r["bytes_sent_per_step_per_worker"] for r in rs)
+        rows.append({"setting": name, "what": SETTINGS[name][0], "seeds": len(rs), "workers": rs[0]["workers"],
+                     "algorithm": rs[0]["algorithm"], "periods": rs[0]["periods"],
+                     "eta": (rs[0].get("sync") or {}).get("block_momentum"),
+                     "valid_ppl": valid, "valid_ppl_sd": valid_sd, "test_ppl": test, "test_ppl_sd": test_sd,
+                     "mb_per_step": mb / 1e6, "steps_per_worker": rs[0]["steps_per_worker"],
+                     "bytes_vs_ddp": mb / ddp_bytes if ddp_bytes else None,
+                     "ppl_vs_ddp": test / ddp_ppl if ddp_ppl else None})
+    return rows
+
+
+def markdown(rows: list[dict], title: str) -> str:
+    def pm(m, s):
+        return f"{m:.2f}" if not s else f"{m:.2f} ± {s:.2f}"
+
+    out = [f"### {title}", "", "| setting | what | seeds | valid ppl | test ppl | test vs DDP | MB/step/worker | bytes vs DDP |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        vs = f"{r['ppl_vs_ddp']:.3f}" if r["ppl_vs_ddp"] else "-"
+        bv = "-" if r["bytes_vs_ddp"] is None else "0" if not r["bytes_vs_ddp"] else f"1/{1 / r['bytes_vs_ddp']:.0f}"
+        out.append(f"| {r['setting']} | {r['what']} | {r['seeds']} | {pm(r['valid_ppl'], r['valid_ppl_sd'])} | "
+                   f"{pm(r['test_ppl'], r['test_ppl_sd'])} | {vs} | {r['mb_per_step']:.4f} | {bv} |")
+    return "\n".join(out) + "\n"
+
+
+def cluster_speeds(path: Path, network: str) -> dict[str, float]:
+    """steps/s of the LM workload per cluster-bench setting name (e.g. 'gossip_bmuf-(16,128)', 'ddp')."""
+    data = json.loads(path.read_text())
+    for net in data["networks"]:
+        if network in (net["link"]["name"], net["link"]["spec"]):
+            rows = net["workers"]["workloads"]["lm"]["rows"]
+            return {name: row["steps_per_s"] for name, row in rows.items()}
+    raise SystemExit(f"[quality] --speeds {path}: no network {network!r} in it")
+
+
+def curve(res: dict) -> list[tuple[int, float, float]]:
+    """(epoch, cumulative bytes sent per worker, valid ppl of the averaged model where recorded)."""
+    per_step = res["bytes_sent_per_step_per_worker"]
+    return [(h["epoch"], per_step * h["step"], h.get("valid_ppl", h.get("valid_ppl_replicas")))
+            for h in res["history"]]
+
+
+def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, float], network: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("epoch", "epoch"), ("MB sent per worker (log)", "bytes")]
+    if speeds:
+        panels.append((f"wall-clock on {network}, s (projected: measured steps/s x steps)", "wall"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    for name, rs in runs.items():
+        if not rs:
+            continue
+        res = rs[0]  # the first seed's curve
+        pts = curve(res)
+        key = "ddp" if name == "ddp" else f"{res['algorithm']}-{res['periods']}"
+        for ax, (label, kind) in zip(axes[0], panels):
+            if kind == "epoch":
+                xs = [e for e, _, _ in pts]
+            elif kind == "bytes":
+                xs = [max(b / 1e6, 1e-3) for _, b, _ in pts]
+                ax.set_xscale("log")
+            else:
+                if key not in speeds or name == "single":
+                    continue
+                xs = [h["step"] / speeds[key] for h in res["history"]]
+            ax.plot(xs, [p for _, _, p in pts], marker="o", label=name)
+            ax.set_xlabel(label)
+    for ax in axes[0]:
+        ax.set_ylabel("valid perplexity")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    path = stem.with_suffix(".png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    recipe = RECIPES[args.corpus]
+    data = ensure_data(recipe) if not args.report_only else recipe / "data" / "lm"
+    tag = f"e{args.epochs}-n{args.workers}"
+    runs: dict[str, list[dict]] = {}
+    for name in args.names:
+        runs[name] = []
+        for seed in args.seeds:
+            res = run_one(recipe, data, args.out / args.corpus / tag / f"{name}-s{seed}", name, seed, args)
+            if res:
+                runs[name].append(res)
+    title = (f"{args.corpus} mini, {args.workers} workers, {args.epochs} epochs, seeds {' '.join(map(str, args.seeds))}")
+    rows = summarize(runs)
+    table = markdown(rows, title)
+    print(table)
+    stem = args.out / f"{args.corpus}_{args.grid or 'settings'}_{tag}"
+    speeds = cluster_speeds(args.speeds, args.network) if args.speeds else {}
+    out = {"command": "python bench/quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "date": time.strftime("%Y-%m-%d %H:%M"), "corpus": args.corpus, "epochs": args.epochs,
+           "workers": args.workers, "seeds": args.seeds, "rows": rows,
+           "curves": {n: [curve(r) for r in rs] for n, rs in runs.items()}}
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(out, indent=2))
+    stem.with_suffix(".md").write_text(table)
+    if not args.no_plots:
+        for p in plot(runs, stem, title, speeds, args.network):
+            print(f"[quality] plot {p}")
+    print(f"[quality] {stem.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()
