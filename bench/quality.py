@@ -4,19 +4,20 @@
     python bench/quality.py --grid knobs                    # one change at a time from the paper's settings
     python bench/quality.py --grid methods --seeds 0 1 2    # every method at the defaults, 3 seeds
     python bench/quality.py --corpus gutenberg --grid methods --epochs 3
-    python bench/quality.py --settings ddp gossip_bmuf eta_0.9 --epochs 4
+    python bench/quality.py --settings ddp paper rule --epochs 4 --seeds 0 1 2
     python bench/quality.py --grid methods --report-only    # table, JSON and plots from the runs on disk
 
 Every setting is one real training run of the recipe's LM (``conf/mini.yaml`` +
 ``conf/period_16_128.yaml``, ``--workers`` gloo workers through ``utils/launch.sh``) followed by
 the test perplexity of its final (worker-averaged) model. Runs go to
-``<out>/<corpus>/e<epochs>-n<workers>/<setting>-s<seed>`` and a finished run is never repeated,
+``<work>/<corpus>/e<epochs>-n<workers>/<setting>-s<seed>`` (default ``exp/quality``) and a finished run is never repeated,
 so the grid is resumable (Ctrl-C, then the same command). A setting is a list of trainer
-overrides on top of the recipe conf; ``base`` is the paper's gossip-BMUF (eta = 0.9, zeta = 1,
-no warm-up, one-way pull), every ``knobs`` entry changes one thing.
+overrides on top of the recipe conf; ``paper`` is the paper's gossip-BMUF (eta = 0.9, zeta = 1,
+no warm-up, one-way pull), ``rule`` takes eta from eq. 6, and every other ``knobs`` entry changes
+one or two things from ``rule``.
 
 Output: a markdown table (mean and spread over seeds of valid/test perplexity, MB sent per step
-and worker, ratio to DDP's bytes and perplexity), ``<out>/<corpus>_e<epochs>_n<workers>.json``,
+and worker, ratio to DDP's bytes and perplexity), ``bench/results/quality_<corpus>_<grid>_e<epochs>-n<workers>.json`` (and ``.md``),
 and three plots beside it: validation perplexity per epoch, against MB sent per worker, and
 against the wall-clock the run would take on the emulated 100 Mbit/20 ms network when
 ``--speeds`` names a ``bench/cluster_bench.py`` JSON (steps/s measured there for the same
@@ -38,34 +39,49 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
 RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
 
-#: name -> (what it is, trainer overrides). "ddp" and "single" are the baselines.
+#: name -> (what it is, trainer overrides). "ddp" and "single" are the baselines. The knobs change one
+#: thing at a time from "rule" (gossip-BMUF with eta from eq. 6, the paper's everything else).
+#: the knobs start from the recipe conf as it was before they were measured (no warm-up, fp32 wire)
+GB = ["sync.algorithm=gossip_bmuf", "sync.warmup_steps=0", "sync.warmup_period=1", "sync.exchange_dtype=float32"]
+PAPER = "sync.block_momentum=0.9"
+BF16, W32 = "sync.exchange_dtype=bfloat16", ["sync.warmup_steps=32", "sync.warmup_period=8"]
 SETTINGS: dict[str, tuple[str, list[str]]] = {
     "single": ("one worker, no sync (4x the steps of a worker)", ["sync.enabled=false"]),
     "ddp": ("gradient all-reduce every step", ["sync.enabled=false"]),
-    # the paper's settings, and one change at a time from them
-    "base": ("gossip-BMUF as in the paper: eta 0.9, zeta 1, pull, no warm-up",
-             ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9"]),
-    "eta_rule": ("eta from eq. 6 (0.75 for n=4)", ["sync.algorithm=gossip_bmuf", RULE]),
-    "eta_0.5": ("eta 0.5", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.5"]),
-    "zeta_2_rule": ("zeta 2, eta from eq. 6 (0.875)", ["sync.algorithm=gossip_bmuf", RULE, "sync.block_lr=2.0"]),
-    "pair": ("random ring matching instead of the one-way pull", ["sync.algorithm=gossip_bmuf",
-                                                                  "sync.block_momentum=0.9", "sync.mixing=pair"]),
-    "warmup_32x8": ("4 full averages in the first 32 steps", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
-                                                             "sync.warmup_steps=32", "sync.warmup_period=8"]),
-    "lr_0.05": ("inner Adagrad lr 0.05 (recipe: 0.03)", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
-                                                        "train.lr=0.05"]),
-    "emb_64": ("embedding shards every 64 steps (16,64)", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.9",
-                                                           "sync.components.0.period=64"]),
-    # the methods, each at the recipe's defaults (the sync section of conf/mini.yaml)
+    "paper": ("gossip-BMUF as in the paper: eta 0.9, zeta 1, pull, no warm-up, fp32", [*GB, PAPER]),
+    "rule": ("eta from eq. 6 (0.75 for n=4)", [*GB, RULE]),
+    "eta_0.5": ("eta 0.5", [*GB, "sync.block_momentum=0.5"]),
+    "zeta_2": ("zeta 2, eta from eq. 6 (0.875)", [*GB, RULE, "sync.block_lr=2.0"]),
+    "cbm": ("classic block momentum (CBM)", [*GB, RULE, "sync.nesterov=false"]),
+    "lr_0.02": ("inner Adagrad lr 0.02 (recipe 0.03)", [*GB, RULE, "train.lr=0.02"]),
+    "lr_0.05": ("inner Adagrad lr 0.05", [*GB, RULE, "train.lr=0.05"]),
+    "pair": ("random ring matching (sync.mixing=pair)", [*GB, RULE, "sync.mixing=pair"]),
+    "emb_64": ("embedding shards every 64 steps: (16,64)", [*GB, RULE, "sync.components.0.period=64"]),
+    "bf16": ("bf16 wire", [*GB, RULE, BF16]),
+    "bf16_8_64": ("bf16 wire, periods (8,64)", [*GB, RULE, BF16, "sync.period=8", "sync.components.0.period=64"]),
+    "warmup_16": ("2 full averages (every 8 steps) in the first 16 steps",
+                  [*GB, RULE, "sync.warmup_steps=16", "sync.warmup_period=8"]),
+    "warmup_32": ("4 full averages (every 8 steps) in the first 32 steps", [*GB, RULE, *W32]),
+    "warmup_32_bf16": ("warmup_32 on a bf16 wire", [*GB, RULE, *W32, BF16]),
+    "warmup_48_bf16": ("6 full averages in the first 48 steps, bf16 wire",
+                       [*GB, RULE, "sync.warmup_steps=48", "sync.warmup_period=8", BF16]),
+    "warmup_32_bf16_emb_64": ("warmup_32_bf16 with the embedding every 64 steps: (16,64)",
+                              [*GB, RULE, *W32, BF16, "sync.components.0.period=64"]),
+    "warmup_32_bf16_eta_0.5": ("warmup_32_bf16 with eta 0.5", [*GB, "sync.block_momentum=0.5", *W32, BF16]),
+    "warmup_32_bf16_lr_0.02": ("warmup_32_bf16 with lr 0.02", [*GB, RULE, *W32, BF16, "train.lr=0.02"]),
+    # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
     "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
     "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
     "gossip_ma": ("gossip-MA", ["sync.algorithm=gossip_ma"]),
-    "gossip_bmuf": ("gossip-BMUF", ["sync.algorithm=gossip_bmuf"]),
+    "gossip_bmuf": ("gossip-BMUF", [GB]),
 }
 GRIDS = {
-    "knobs": ["ddp", "base", "eta_rule", "eta_0.5", "zeta_2_rule", "pair", "warmup_32x8", "lr_0.05", "emb_64"],
+    "knobs": ["ddp", "paper", "rule", "eta_0.5", "zeta_2", "cbm", "lr_0.02", "lr_0.05", "pair", "emb_64", "bf16",
+              "bf16_8_64", "warmup_16", "warmup_32", "warmup_32_bf16", "warmup_48_bf16", "warmup_32_bf16_emb_64", "warmup_32_bf16_eta_0.5",
+              "warmup_32_bf16_lr_0.02"],
     "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf"],
+    "parity": ["ddp", "paper", "rule", "warmup_32_bf16"],
 }
 
 
@@ -80,7 +96,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.seed and sync.seed of each run")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "quality")
+    ap.add_argument("--work", type=Path, default=ROOT / "exp" / "quality", help="where the runs go")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="summary JSON and table")
+    ap.add_argument("--plots", type=Path, default=ROOT / "docs" / "img", help="where the plot goes")
     ap.add_argument("--speeds", type=Path, default=None,
                     help="a bench/cluster_bench.py JSON: steps/s per setting for the wall-clock plot")
     ap.add_argument("--network", default="cross-site", help="the network of --speeds to use")
@@ -125,7 +143,7 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
     if res_file.is_file() and "final_test_ppl" in json.loads(res_file.read_text()):
         return json.loads(res_file.read_text())
     if args.report_only:
-        return {}
+        return {"failed": "not run"} if (run_dir / "train.log").is_file() else {}
     run_dir.mkdir(parents=True, exist_ok=True)
     workers = 1 if name == "single" else args.workers
     overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed}",
@@ -143,7 +161,8 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
             r = subprocess.run([sys.executable, "-m", "gossip_accel.bin.eval_lm", "--exp-dir", str(run_dir)],
                                stdout=log, stderr=subprocess.STDOUT, cwd=recipe)
     if r.returncode != 0 or not res_file.is_file():
-        raise SystemExit(f"[quality] {name} seed {seed} failed (rc {r.returncode}); see {run_dir / 'train.log'}")
+        print(f"[quality] {name} seed {seed} FAILED (rc {r.returncode}); see {run_dir / 'train.log'}", flush=True)
+        return {"failed": str(run_dir / "train.log")}
     res = json.loads(res_file.read_text())
     res["bench"] = {"overrides": overrides, "wall_seconds": time.time() - start,
                     "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
@@ -164,6 +183,10 @@ def summarize(runs: dict[str, list[dict]]) -> list[dict]:
     ddp_ppl = spread([r["final_test_ppl"] for r in base])[0] if base else None
     rows = []
     for name, rs in runs.items():
+        failed = [r for r in rs if "failed" in r]
+        rs = [r for r in rs if "failed" not in r]
+        if failed:
+            rows.append({"setting": name, "what": SETTINGS[name][0], "seeds": len(failed), "failed": True})
         if not rs:
             continue
         test, test_sd = spread([r["final_test_ppl"] for r in rs])
@@ -186,6 +209,10 @@ def markdown(rows: list[dict], title: str) -> str:
     out = [f"### {title}", "", "| setting | what | seeds | valid ppl | test ppl | test vs DDP | MB/step/worker | bytes vs DDP |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("failed"):
+            out.append(f"| {r['setting']} | {r['what']} | {r['seeds']} | failed (diverged or crashed: its train.log) "
+                       "| - | - | - | - |")
+            continue
         vs = f"{r['ppl_vs_ddp']:.3f}" if r["ppl_vs_ddp"] else "-"
         bv = "-" if r["bytes_vs_ddp"] is None else "0" if not r["bytes_vs_ddp"] else f"1/{1 / r['bytes_vs_ddp']:.0f}"
         out.append(f"| {r['setting']} | {r['what']} | {r['seeds']} | {pm(r['valid_ppl'], r['valid_ppl_sd'])} | "
@@ -221,6 +248,7 @@ def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, 
         panels.append((f"wall-clock on {network}, s (projected: measured steps/s x steps)", "wall"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
     for name, rs in runs.items():
+        rs = [r for r in rs if "failed" not in r]
         if not rs:
             continue
         res = rs[0]  # the first seed's curve
@@ -260,24 +288,24 @@ def main(argv=None) -> None:
     for name in args.names:
         runs[name] = []
         for seed in args.seeds:
-            res = run_one(recipe, data, args.out / args.corpus / tag / f"{name}-s{seed}", name, seed, args)
+            res = run_one(recipe, data, args.work / args.corpus / tag / f"{name}-s{seed}", name, seed, args)
             if res:
                 runs[name].append(res)
     title = (f"{args.corpus} mini, {args.workers} workers, {args.epochs} epochs, seeds {' '.join(map(str, args.seeds))}")
     rows = summarize(runs)
     table = markdown(rows, title)
     print(table)
-    stem = args.out / f"{args.corpus}_{args.grid or 'settings'}_{tag}"
+    stem = args.out / f"quality_{args.corpus}_{args.grid or 'settings'}_{tag}"
     speeds = cluster_speeds(args.speeds, args.network) if args.speeds else {}
     out = {"command": "python bench/quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": time.strftime("%Y-%m-%d %H:%M"), "corpus": args.corpus, "epochs": args.epochs,
            "workers": args.workers, "seeds": args.seeds, "rows": rows,
-           "curves": {n: [curve(r) for r in rs] for n, rs in runs.items()}}
+           "curves": {n: [curve(r) for r in rs if "failed" not in r] for n, rs in runs.items()}}
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=2))
     stem.with_suffix(".md").write_text(table)
     if not args.no_plots:
-        for p in plot(runs, stem, title, speeds, args.network):
+        for p in plot(runs, args.plots / stem.name, title, speeds, args.network):
             print(f"[quality] plot {p}")
     print(f"[quality] {stem.with_suffix('.json')}")
 
