@@ -7,9 +7,12 @@ mu-law (``ulaw`` / ``mu-law``), a-law, or any of these compressed with Tony Robi
 *shorten* (``ulaw,embedded-shorten-v2.00`` on the Switchboard discs). libsndfile (soundfile)
 and sox read the uncompressed codings but not shorten; LDC's ``sph2pipe`` reads all of them
 but is packaged neither by Debian nor by PyPI. This module reads every one of them without a
-binary: :func:`read_sphere` decodes shorten itself (a pure-Python decoder, about 1-2 s per
-minute of two-channel 8 kHz audio; when ``sph2pipe`` is on PATH it is used instead, which is
-much faster for a full Switchboard).
+binary: :func:`read_sphere` decodes shorten itself (a pure-Python decoder, about 0.35 CPU-s per
+minute of two-channel 8 kHz audio, ``bench/sphere_decode.py``). When ``sph2pipe`` is on PATH it
+is used instead; else PCM shorten goes through FFmpeg's ``shorten`` decoder when ``ffmpeg`` is
+on PATH (about 14 times less CPU), given the WAV header it insists on by
+:func:`shorten_for_ffmpeg`. FFmpeg has no mu-law shorten, so Switchboard's files stay with the
+Python decoder (or sph2pipe).
 
 :func:`write_sphere` writes 8 kHz two-channel mu-law files like the LDC's (optionally
 shorten-compressed, as on the real discs), which the recipes' mini corpora use.
@@ -652,9 +655,10 @@ def encode_shorten(samples: np.ndarray, ftype: int = TYPE_AU2, blocksize: int = 
 # Shorten through FFmpeg
 # --------------------------------------------------------------------------------------
 
-#: the sample types FFmpeg's ``shorten`` decoder implements (libavcodec/shorten.c, up to at
-#: least FFmpeg 7): 8-bit unsigned and 16-bit PCM. It has no mu-law (``AU1``/``AU2``/``ULAW``),
-#: so Switchboard's ``ulaw,embedded-shorten-v2.00`` stays with :func:`decode_shorten`.
+#: the sample types FFmpeg's ``shorten`` decoder implements (libavcodec/shorten.c; checked with
+#: Debian's FFmpeg 5.1): 8-bit unsigned and 16-bit PCM. It has no mu-law (``AU1``/``AU2``/``ULAW``:
+#: "unknown audio type"), so Switchboard's ``ulaw,embedded-shorten-v2.00`` stays with
+#: :func:`decode_shorten`.
 FFMPEG_SHORTEN_TYPES = (TYPE_U8, TYPE_S16HL, TYPE_S16LH)
 WAV_HEADER_SIZE = 44
 
@@ -699,7 +703,8 @@ def shorten_for_ffmpeg(data: bytes, rate: int, name: str = "?") -> bytes:
 def decode_shorten_ffmpeg(data: bytes, rate: int, name: str = "?") -> np.ndarray:
     """int16 samples (n, channels) of a 16-bit or U8 PCM shorten stream, decoded by FFmpeg
     (``ffmpeg -f shn`` through pipes); the same samples as :func:`decode_shorten` then
-    :func:`shorten_to_int16` with coding ``pcm``, about 50 times faster. Raises
+    :func:`shorten_to_int16` with coding ``pcm``, for about 1/14 of the CPU time on 5-minute
+    files (``bench/sphere_decode.py``; ffmpeg's start-up dominates shorter ones). Raises
     :class:`SphereError` when ffmpeg is missing, the type is not FFmpeg's, or decoding fails."""
     fixed = shorten_for_ffmpeg(data, rate, name)
     try:
