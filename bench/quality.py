@@ -2,9 +2,9 @@
 
     . path.sh
     python bench/quality.py --grid knobs                    # one change at a time from the paper's settings
-    python bench/quality.py --grid methods --seeds 0 1 2    # every method at the defaults, 3 seeds
+    python bench/quality.py --grid methods --seeds 1 2 3    # every method at the defaults, 3 seeds
     python bench/quality.py --corpus gutenberg --grid methods --epochs 3
-    python bench/quality.py --settings ddp paper rule --epochs 4 --seeds 0 1 2
+    python bench/quality.py --settings ddp paper rule --epochs 4 --seeds 1 2 3
     python bench/quality.py --grid methods --report-only    # table, JSON and plots from the runs on disk
 
 Every setting is one real training run of the recipe's LM (``conf/mini.yaml`` +
@@ -95,7 +95,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="an extra setting of your own, e.g. 'mine=sync.algorithm=gossip_bmuf,sync.q=2'")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="train.seed and sync.seed of each run")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1],
+                    help="seed s runs with train.seed=s and sync.seed=s-1 (s=1: the recipe's own seeds)")
     ap.add_argument("--work", type=Path, default=ROOT / "exp" / "quality", help="where the runs go")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="summary JSON and table")
     ap.add_argument("--plots", type=Path, default=ROOT / "docs" / "img", help="where the plot goes")
@@ -114,6 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             ap.error(f"--set {item!r}: give NAME=OVERRIDE[,OVERRIDE...]")
         SETTINGS[name] = (item, ov.split(","))
         names.append(name)
+    if min(args.seeds) < 1:
+        ap.error("--seeds must be >= 1 (seed s: train.seed=s, sync.seed=s-1)")
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
         ap.error(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
@@ -146,7 +149,7 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
         return {"failed": "not run"} if (run_dir / "train.log").is_file() else {}
     run_dir.mkdir(parents=True, exist_ok=True)
     workers = 1 if name == "single" else args.workers
-    overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed}",
+    overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed - 1}",
                  *args.extra]
     load_before = os.getloadavg()
     cmd = ["bash", str(ROOT / "utils" / "launch.sh"), "--num-workers", str(workers), "--port", str(free_port()), "--",
