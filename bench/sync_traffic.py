@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gossip_accel import Synchronizer, shutdown  # noqa: E402
-from gossip_accel.comm import Counter, ring_allreduce_bytes  # noqa: E402
-from gossip_accel.config import load_sync_config  # noqa: E402
+from gossip_accel.sync.comm import Counter, ring_allreduce_bytes  # noqa: E402
+from gossip_accel.sync.config import load_sync_config  # noqa: E402
 from gossip_accel.data.lm import Vocabulary, read_lines  # noqa: E402
 from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  # noqa: E402
 
@@ -98,7 +98,7 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     # DDP baseline: real backward passes through DDP with the counting all-reduce hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gossip_accel.integrations.accelerate import counting_allreduce_hook
+    from gossip_accel.sync.integrations.accelerate import counting_allreduce_hook
 
     ddp, counter, ddp_steps = DDP(model), Counter(), 4
     ddp.register_comm_hook(counter, counting_allreduce_hook)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from gossip_accel.config import ALGORITHMS, ComponentRule, ConfigError, SyncConfig, load_sync_config
+from gossip_accel.sync.config import ALGORITHMS, ComponentRule, ConfigError, SyncConfig, load_sync_config
 
 YAML = """\
 sync:
@@ -268,7 +268,7 @@ def test_warmup_is_refused_for_the_new_algorithms(algo):
 
 
 def test_validate_for_world():
-    from gossip_accel.config import validate_for_world
+    from gossip_accel.sync.config import validate_for_world
 
     validate_for_world(load_sync_config(None, ["sync.algorithm=asgd", "sync.server_rank=3"]), 4)
     with pytest.raises(ConfigError, match="sync.server_rank"):

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from gossip_accel.topology import FullTopology, Plan, RingTopology, TopologyError, make_topology
+from gossip_accel.sync.topology import FullTopology, Plan, RingTopology, TopologyError, make_topology
 
 
 # -- Definition 1: node i is connected to (i-1)%n..(i-k)%n and (i+1)%n..(i+k)%n --------------

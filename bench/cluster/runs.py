@@ -20,8 +20,8 @@ from typing import Optional
 import torch
 
 from bench.sync_traffic import SETTINGS as SYNC_SETTINGS  # name -> sync overrides
-from gossip_accel.comm import Counter
-from gossip_accel.config import load_sync_config
+from gossip_accel.sync.comm import Counter
+from gossip_accel.sync.config import load_sync_config
 
 NO_COMM, DDP = "no-comm", "ddp"
 ALGORITHM_1 = {"ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf"}  # nothing to close

@@ -48,7 +48,7 @@ import torch.distributed as dist
 from ..comm import Communicator
 from ..config import ConfigError, load_sync_config
 from ..schedule import event_at
-from ..sync import Synchronizer
+from ..synchronizer import Synchronizer
 
 CLIENT_STATE_KEY = "gossip_accel_synchronizer"
 # DeepSpeed releases whose ZeRO-0 fp16 ``engine.backward(loss)`` does not multiply the loss by the
@@ -89,7 +89,7 @@ def check_engine(engine: Any, cfg: Any) -> None:
             "over the data-parallel ranks, so no rank holds a whole replica to synchronize. Use "
             "zero_optimization.stage=0 with the synchronizer, or ZeRO inside a replica group with the "
             "synchronizer between replica groups: deepspeed.initialize(..., mpu=ReplicaGroups(group_size)) "
-            "(gossip_accel.integrations.deepspeed; docs/DEEPSPEED.md)"
+            "(gossip_accel.sync.integrations.deepspeed; docs/DEEPSPEED.md)"
         )
     if groups is not None and cfg.enabled:
         if stage not in (1, 2):
@@ -171,7 +171,7 @@ def master_pairs(engine: Any) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
 class ReplicaGroups:
     """The ``mpu`` to pass to ``deepspeed.initialize`` for ZeRO inside replica groups.
 
-    The W ranks form W / g groups of g consecutive ranks (``gossip_accel.hierarchical.GroupLayout``).
+    The W ranks form W / g groups of g consecutive ranks (``gossip_accel.sync.hierarchical.GroupLayout``).
     DeepSpeed's data-parallel group becomes the *intra* group: ZeRO-1/2 partitions the optimizer
     and reduces the gradients there, every step, so a group is one replica of Algorithm 1 (its
     mini-batch the union of its ranks'). The synchronizer then runs between the groups on each
@@ -297,7 +297,7 @@ class DeepSpeedSynchronizer(Synchronizer):
             warnings.warn(
                 "DeepSpeed ZeRO-0 fp16: this DeepSpeed's engine.backward(loss) does not apply the loss scale "
                 "but its optimizer divides the gradients by it (deepspeedai/DeepSpeed PR #8393); pass "
-                "gossip_accel.integrations.deepspeed.fp16_loss(engine, loss) to engine.backward / "
+                "gossip_accel.sync.integrations.deepspeed.fp16_loss(engine, loss) to engine.backward / "
                 "accelerator.backward", stacklevel=2)
         self._engine_steps = int(engine.global_steps)
         self.refresh_model_weights()  # after the initial broadcast (line 1)
@@ -401,7 +401,7 @@ def load_checkpoint(engine: Any, sync: DeepSpeedSynchronizer, load_dir: str, tag
         latest = os.path.join(load_dir, "latest")
         if not os.path.isfile(latest):
             raise FileNotFoundError(f"{latest} does not exist; pass tag= or point load_dir at a directory "
-                                    "written by gossip_accel.integrations.deepspeed.save_checkpoint")
+                                    "written by gossip_accel.sync.integrations.deepspeed.save_checkpoint")
         with open(latest) as f:
             tag = f.read().strip()
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -415,7 +415,7 @@ def load_checkpoint(engine: Any, sync: DeepSpeedSynchronizer, load_dir: str, tag
     client = dict(client or {})
     if CLIENT_STATE_KEY not in client:
         raise ConfigError(f"{path} has no {CLIENT_STATE_KEY!r} in its client state: it was not written by "
-                          "gossip_accel.integrations.deepspeed.save_checkpoint")
+                          "gossip_accel.sync.integrations.deepspeed.save_checkpoint")
     sync.load_state_dict(client.pop(CLIENT_STATE_KEY))
     sync.refresh_model_weights()
     return path, client

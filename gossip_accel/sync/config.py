@@ -43,7 +43,7 @@ ADPSGD_ALGORITHMS = ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")
 ASYNC_ALGORITHMS = ("easgd_async", "asgd") + ADPSGD_ALGORITHMS
 ALGORITHMS = PERIODIC_ALGORITHMS + SERVER_ALGORITHMS + ADPSGD_ALGORITHMS
 BUFFER_POLICIES = ("average", "local", "broadcast")
-#: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/health.py)
+#: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/sync/health.py)
 NONFINITE_POLICIES = ("reset", "raise", "ignore")
 
 
@@ -73,7 +73,7 @@ class ComponentRule:
     per_match: bool = False
 
 
-#: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/precision.py)
+#: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/sync/precision.py)
 EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
 #: ``sync.hierarchy.carriers``: which local rank of a group carries component i between groups
 CARRIER_POLICIES = ("balanced", "round_robin")
@@ -83,7 +83,7 @@ GROUP_WORDS = ("node", "auto")
 
 @dataclass
 class HierarchyConfig:
-    """Hierarchical synchronization (gossip_accel/hierarchical.py; docs/ALGORITHMS.md).
+    """Hierarchical synchronization (gossip_accel/sync/hierarchical.py; docs/ALGORITHMS.md).
 
     ``group_size``: ``null`` or 1 = flat (every rank is a replica); an int g = consecutive ranks
     [j g, (j+1) g) form group j; ``node`` = one group per node (g = LOCAL_WORLD_SIZE, set by
@@ -130,7 +130,7 @@ class HierarchyConfig:
 
 @dataclass
 class SyncConfig:
-    """Everything the :class:`~gossip_accel.sync.Synchronizer` needs (see docs/ALGORITHMS.md)."""
+    """Everything the :class:`~gossip_accel.sync.synchronizer.Synchronizer` needs (see docs/ALGORITHMS.md)."""
 
     algorithm: str = "gossip_bmuf"
     period: int = 16

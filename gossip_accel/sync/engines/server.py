@@ -14,7 +14,7 @@ Three ways to run, chosen by ``sync.algorithm`` and ``sync.lockstep``:
   worker makes one RPC to the server ("push" its model or its update, "pull" the centre or the
   new model) and continues; the server applies pushes in arrival order. Staleness k of eq. 2
   is measured per push; ``sync.max_staleness = S`` bounds it (stale synchronous parallel,
-  :func:`~gossip_accel.algorithms.asgd.ssp_may_proceed`). Workers at different speeds never
+  :func:`~gossip_accel.sync.algorithms.asgd.ssp_may_proceed`). Workers at different speeds never
   deadlock: the slowest worker never waits, a finished worker leaves the bound, and the
   final push / leave, ``rpc.shutdown`` (which waits for every outstanding call) and the final
   broadcast of the server's model end the run cleanly.
@@ -40,8 +40,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from . import health
-from .algorithms import (
+from .. import health
+from ..algorithms import (
     StalenessStats,
     asgd_delta,
     asgd_server_update,
@@ -49,12 +49,12 @@ from .algorithms import (
     elastic_worker_update,
     ssp_may_proceed,
 )
-from .comm import CommStats
-from .config import ConfigError
+from ..comm import CommStats
+from ..config import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .components import Component
-    from .sync import Synchronizer
+    from ..components import Component
+    from ..synchronizer import Synchronizer
 
 # services of this process, by the key its RPC session shares with the other ranks
 _REGISTRY: dict[str, Any] = {}
@@ -270,7 +270,7 @@ def relative_distance(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 class ServerEngine:
-    """EASGD / ASGD for one worker of a :class:`~gossip_accel.sync.Synchronizer`, plus the
+    """EASGD / ASGD for one worker of a :class:`~gossip_accel.sync.synchronizer.Synchronizer`, plus the
     server role when this worker is ``sync.server_rank``."""
 
     def __init__(self, sync: "Synchronizer", process_group: Optional[dist.ProcessGroup] = None):

@@ -11,15 +11,15 @@ Use it after every optimizer step::
 Each worker trains its own replica (no gradient all-reduce); every H_i steps component i is
 averaged over all workers (MA/BMUF) or over the node and q random ring neighbours
 (gossip/local, Definition 1), then the update rule of ``sync.algorithm`` is applied. The
-parameter-server algorithms (EASGD, ASGD: :mod:`gossip_accel.param_server`) and ADPSGD
-(:mod:`gossip_accel.pairwise`) are engines behind the same three calls (``step``,
+parameter-server algorithms (EASGD, ASGD: :mod:`gossip_accel.sync.engines.server`) and ADPSGD
+(:mod:`gossip_accel.sync.engines.pairwise`) are engines behind the same three calls (``step``,
 ``finalize``, ``state_dict``); the asynchronous ones start a torch.distributed.rpc session
 with the synchronizer and end it in ``finalize`` (or ``close`` after an error). For
-Accelerate's DDP-wrapped models use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`,
+Accelerate's DDP-wrapped models use :class:`gossip_accel.sync.integrations.accelerate.AccelerateSynchronizer`,
 which also switches off DDP's gradient all-reduce. Groups of ranks that all-reduce gradients
 every step and synchronize between groups (``sync.hierarchy``) are the subclass
-:class:`gossip_accel.hierarchical.HierarchicalSynchronizer`; ``sync.exchange_dtype`` puts the
-periodic syncs on a bf16/fp16 wire (:mod:`gossip_accel.precision`).
+:class:`gossip_accel.sync.hierarchical.HierarchicalSynchronizer`; ``sync.exchange_dtype`` puts the
+periodic syncs on a bf16/fp16 wire (:mod:`gossip_accel.sync.precision`).
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class Synchronizer:
         self.t = 0
         self.finalized = False
         self.divergence: dict[str, float] = {}
-        # sync.nonfinite (gossip_accel/health.py): resets of this rank, dropped NaN copies, flag traffic
+        # sync.nonfinite (gossip_accel/sync/health.py): resets of this rank, dropped NaN copies, flag traffic
         self.reset_events: list[health.ResetEvent] = []
         self.on_reset: Optional[Any] = None  # callable(list of parameter names), e.g. clear their optimizer state
         self.nonfinite_dropped = 0
@@ -139,11 +139,11 @@ class Synchronizer:
                 if is_low(self.wire_dtype):
                     self._send[comp.name] = torch.empty_like(comp.flat, dtype=self.wire_dtype)
         if self.cfg.algorithm in SERVER_ALGORITHMS:
-            from .param_server import ServerEngine
+            from .engines.server import ServerEngine
 
             self.engine = ServerEngine(self, process_group)
         elif self.cfg.algorithm in ADPSGD_ALGORITHMS:
-            from .pairwise import PairwiseEngine
+            from .engines.pairwise import PairwiseEngine
 
             self.engine = PairwiseEngine(self, process_group)
 
@@ -232,7 +232,7 @@ class Synchronizer:
         with self.comm.accounting(self.oneoff_stats):
             broadcast_components(self.comm, self._all_components())
 
-    # -- what a subclass changes (gossip_accel/hierarchical.py) -----------------------------------
+    # -- what a subclass changes (gossip_accel/sync/hierarchical.py) -----------------------------------
     def _carries(self, comp: Component) -> bool:
         """Does this rank run the algorithm for ``comp``? (Flat: every rank, every component.)"""
         return True
@@ -248,7 +248,7 @@ class Synchronizer:
         averages; fp32 (None) for the one-off final average and the buffers."""
         return self.wire_dtype if kind in ("sync", "warmup", "warmup_end") else None
 
-    # -- sync.nonfinite: a diverged replica is detected, excluded and reset (gossip_accel/health.py) --
+    # -- sync.nonfinite: a diverged replica is detected, excluded and reset (gossip_accel/sync/health.py) --
     def _verdict(self, comps: list[Component]) -> Optional[health.Verdict]:
         """Gathers each of ``comps`` into its flat buffer (callers read ``comp.flat`` after it), then:
         who is sick among the ranks for each of them: ONE all-reduce of an (n, m) flag matrix

@@ -22,7 +22,7 @@ j g .. j g + g - 1; a rank's *local rank* is ``rank mod g``.
   (or broadcast from rank 0) inside the group and then between groups, which for equal groups
   is the average over all W ranks.
 
-The oracle is :class:`gossip_accel.simulate.HierarchicalCluster` (tests/test_hierarchical.py).
+The oracle is :class:`gossip_accel.sync.simulate.HierarchicalCluster` (tests/test_hierarchical.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import torch.distributed as dist
 from .comm import Communicator, ring_allreduce_bytes
 from .components import Component
 from .config import ConfigError, SyncConfig, load_sync_config
-from .sync import Synchronizer, broadcast_components
+from .synchronizer import Synchronizer, broadcast_components
 from .topology import TopologyError
 
 STATE_KEY = "hierarchy"

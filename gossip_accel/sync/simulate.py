@@ -1,7 +1,7 @@
 """The oracle: n workers simulated in ONE process with plain tensors.
 
 It uses the same components, schedule, topology and update-rule code as the
-:class:`~gossip_accel.sync.Synchronizer`, but no torch.distributed: averages are computed
+:class:`~gossip_accel.sync.synchronizer.Synchronizer`, but no torch.distributed: averages are computed
 directly from the n replicas. A distributed run with the same seeds and data must end with
 the same parameters (tests/test_distributed_equals_simulator.py).
 
@@ -9,10 +9,10 @@ The asynchronous algorithms (ASGD, async EASGD, ADPSGD) are simulated in their d
 lock-step order (``sync.lockstep: true`` in a distributed run): the server takes the pushes
 of a round in rank order; ADPSGD's partners average exactly. :class:`HierarchicalCluster` is the
 oracle of ``sync.hierarchy`` (groups of ranks), and ``sync.exchange_dtype`` is rounded exactly as
-the transport rounds it (:mod:`gossip_accel.precision`).
+the transport rounds it (:mod:`gossip_accel.sync.precision`).
 
-CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.simulate``)
-compares the algorithms on the toy task of :mod:`gossip_accel.toy` and prints a table.
+CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.sync.simulate``)
+compares the algorithms on the toy task of :mod:`gossip_accel.sync.toy` and prints a table.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class SimulatedCluster:
         self.pulled = ([[c.gather().clone() for c in comps] for comps in self.comps]
                        if cfg.algorithm == "asgd" else [])
         self.round = 0  # ADPSGD: sync steps so far
-        # sync.nonfinite: the same detection/exclusion/reset as the Synchronizer (gossip_accel/health.py)
+        # sync.nonfinite: the same detection/exclusion/reset as the Synchronizer (gossip_accel/sync/health.py)
         self.reset_events: list[health.ResetEvent] = []
         self.on_reset: Optional[Callable[[int, list[str]], None]] = None  # (rank, parameter names)
         self.nonfinite_dropped = [0] * n
@@ -80,7 +80,7 @@ class SimulatedCluster:
 
     def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int) -> list[tuple[torch.Tensor, str]]:
         """(theta_bar, rule) for every worker: the global mean, or Algorithm 1 line 8 on the ring; with
-        ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/health.py)."""
+        ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/sync/health.py)."""
         name = self.comps[0][ci].name
         slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
         if kind != "sync" or not isinstance(self.topology, RingTopology):
@@ -272,7 +272,7 @@ class SimulatedCluster:
 
 
 class HierarchicalCluster:
-    """The oracle of :class:`gossip_accel.hierarchical.HierarchicalSynchronizer`: W = G g rank replicas.
+    """The oracle of :class:`gossip_accel.sync.hierarchical.HierarchicalSynchronizer`: W = G g rank replicas.
 
     Ranks k = j g .. j g + g - 1 form group j. :meth:`allreduce_gradients` sets every rank's
     gradient to its group's mean (the intra-group all-reduce, called between backward and the

@@ -17,7 +17,7 @@ policy is ``broadcast`` (``forward_sync_buffers`` on torch >= 2.14) (DDP would o
 rank 0's at every forward).
 
 A model prepared by Accelerate's DeepSpeed plugin (a ``DeepSpeedEngine``) gets a
-:class:`gossip_accel.integrations.deepspeed.DeepSpeedSynchronizer` instead (docs/DEEPSPEED.md).
+:class:`gossip_accel.sync.integrations.deepspeed.DeepSpeedSynchronizer` instead (docs/DEEPSPEED.md).
 """
 
 import sys
@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..comm import Counter, ring_allreduce_bytes
 from ..hierarchical import HierarchicalSynchronizer
-from ..sync import Synchronizer
+from ..synchronizer import Synchronizer
 
 
 def noop_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -63,7 +63,7 @@ class AccelerateSynchronizer(Synchronizer):
     """:class:`Synchronizer` for a model prepared by an ``accelerate.Accelerator``.
 
     When Accelerate's DeepSpeed plugin prepared the model (a ``DeepSpeedEngine``), constructing
-    this class returns a :class:`gossip_accel.integrations.deepspeed.DeepSpeedSynchronizer` on
+    this class returns a :class:`gossip_accel.sync.integrations.deepspeed.DeepSpeedSynchronizer` on
     that engine instead (same calls: ``step`` after ``opt.step()``, ``finalize``, ``state_dict``).
     """
 

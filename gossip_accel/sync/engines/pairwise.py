@@ -1,6 +1,6 @@
 """ADPSGD (Cui et al. 2021, 002/004): every sync, each worker averages with one ring neighbour.
 
-The pairs of a round come from :class:`~gossip_accel.topology.PairTopology` (``fixed``:
+The pairs of a round come from :class:`~gossip_accel.sync.topology.PairTopology` (``fixed``:
 alternate right/left neighbour; ``random``: a seeded random matching of actives and
 passives). Round r is the worker's r-th synchronization step. Two ways to run:
 
@@ -8,7 +8,7 @@ passives). Round r is the worker's r-th synchronization step. Two ways to run:
   one RPC and averages with the reply; the *passive* partner (odd rank) answers from its RPC
   threads, without involving its training thread, with the model it published at its last
   sync, and adds its half of the average, (x_active - x_published)/2, to its live model at
-  its next sync (:func:`~gossip_accel.algorithms.adpsgd.passive_absorb`). Nobody waits for a
+  its next sync (:func:`~gossip_accel.sync.algorithms.adpsgd.passive_absorb`). Nobody waits for a
   slow worker: an active only waits for the round trip, the passive never waits. This is the
   straggler resilience of ADPSGD. ``adpsgd_delay`` sends the request without waiting for the
   reply and applies it at the next sync (delay-by-one: the exchange overlaps the next local
@@ -32,14 +32,14 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from . import health
-from .algorithms import passive_absorb
-from .comm import CommStats, Exchange, PendingExchange
-from .param_server import _REGISTRY, RpcSession, relative_distance, rpc_name
+from .. import health
+from ..algorithms import passive_absorb
+from ..comm import CommStats, Exchange, PendingExchange
+from .server import _REGISTRY, RpcSession, relative_distance, rpc_name
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .components import Component
-    from .sync import Synchronizer
+    from ..components import Component
+    from ..synchronizer import Synchronizer
 
 
 def _rpc_average(key: str, comp_ids: list[int], xs: list[torch.Tensor], sender: int, round_: int):
@@ -104,7 +104,7 @@ class PassiveService:
 
 
 class PairwiseEngine:
-    """ADPSGD for one worker of a :class:`~gossip_accel.sync.Synchronizer`."""
+    """ADPSGD for one worker of a :class:`~gossip_accel.sync.synchronizer.Synchronizer`."""
 
     def __init__(self, sync: "Synchronizer", process_group: Optional[dist.ProcessGroup] = None):
         cfg = sync.cfg
