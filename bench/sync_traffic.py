@@ -73,11 +73,13 @@ def build_model() -> torch.nn.Module:
 
 
 def analytic(sync: Synchronizer, n: int) -> float:
-    cfg, topo = sync.cfg, sync.topology
-    per_round = {"ma": ring_allreduce_bytes(1, n), "bmuf": ring_allreduce_bytes(1, n)}
-    per_round.update({a: ring_allreduce_bytes(1, n) for a in ("easgd", "easgd_async", "asgd")})  # mean over ranks
-    per_round.update({a: 1.0 for a in ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")})
-    factor = per_round.get(cfg.algorithm, getattr(topo, "q", 0))
+    spec, topo = sync.cfg.spec, sync.topology
+    if spec.graph in ("full", "server"):  # an all-reduce; the server's collectives: the mean over ranks
+        factor = ring_allreduce_bytes(1, n)
+    elif spec.family == "pairwise":  # one partner per round
+        factor = 1.0
+    else:  # the ring: q copies received
+        factor = topo.q
     return sum(factor * c.nbytes / c.period for c in sync.components)
 
 

@@ -32,7 +32,7 @@ from .algorithms import (
     new_local_model,
 )
 from .components import split_buffers, split_components
-from .config import ADPSGD_ALGORITHMS, ALGORITHMS, SERVER_ALGORITHMS, load_sync_config, validate_for_world
+from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
 from .schedule import event_at
 from .topology import RingTopology, make_topology
@@ -64,10 +64,10 @@ class SimulatedCluster:
         ]
         self.alpha = cfg.resolved_alpha(n)
         # EASGD / ASGD: the server's centre variable (global model), per component
-        self.centre = [c.gather().clone() for c in self.comps[0]] if cfg.algorithm in SERVER_ALGORITHMS else []
+        self.centre = [c.gather().clone() for c in self.comps[0]] if cfg.spec.family == "server" else []
         # ASGD: the model each worker last pulled
         self.pulled = ([[c.gather().clone() for c in comps] for comps in self.comps]
-                       if cfg.algorithm == "asgd" else [])
+                       if cfg.spec.rule == "asgd" else [])
         self.round = 0  # ADPSGD: sync steps so far
         # sync.nonfinite: the same detection/exclusion/reset as the Synchronizer (gossip_accel/sync/health.py)
         self.reset_events: list[health.ResetEvent] = []
@@ -133,11 +133,11 @@ class SimulatedCluster:
         if self.n == 1 or not self.cfg.enabled:
             return
         cfg = self.cfg
-        if cfg.algorithm in SERVER_ALGORITHMS or cfg.algorithm in ADPSGD_ALGORITHMS:
+        if cfg.spec.simulator != "periodic":
             due = [ci for ci, c in enumerate(self.comps[0])
                    if event_at(self.t, c.period, cfg.warmup_steps, cfg.warmup_period) is not None]
             if due:
-                (self._server_step if cfg.algorithm in SERVER_ALGORITHMS else self._adpsgd_step)(due)
+                (self._server_step if cfg.spec.simulator == "server" else self._adpsgd_step)(due)
             if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
                 self._sync_buffers()
             return
@@ -155,13 +155,13 @@ class SimulatedCluster:
 
     def _server_step(self, due: list[int]) -> None:
         """EASGD eq. 8 (all at once) or eq. 9 / ASGD eq. 2 (pushes in rank order) on the due components."""
-        algo, n, alpha = self.cfg.algorithm, self.n, self.alpha
+        spec, n, alpha = self.cfg.spec, self.n, self.alpha
         check = self.cfg.nonfinite != "ignore"
         for ci in due:
             centre = self.centre[ci]
             xs = [self.comps[k][ci].gather().clone() for k in range(n)]
             sick = [check and not health.all_finite(x) for x in xs]
-            if algo == "easgd":  # the sick send zeros, sum and n over the healthy; they restart from w~_t
+            if not spec.asynchronous:  # eq. 8: the sick send zeros, sum and n over the healthy; they restart from w~_t
                 if check:
                     health.Verdict([self.comps[0][ci].name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
                 total = torch.stack([x for x, s in zip(xs, sick) if not s]).sum(0)
@@ -172,7 +172,7 @@ class SimulatedCluster:
                 elastic_center_update_sync(centre, total, n - sum(sick), alpha)
                 continue
             for k in range(n):
-                if algo == "easgd_async":
+                if spec.rule == "easgd":
                     old = centre.clone()
                     if not sick[k]:  # the server rejects a non-finite push
                         elastic_worker_update(centre, xs[k], alpha)
@@ -197,7 +197,7 @@ class SimulatedCluster:
         """Each pair of round r averages (fixed / random); delay-by-one applies round r at round r + 1."""
         self.round += 1
         pairs = self.topology.pairs(self.round)
-        if self.cfg.algorithm != "adpsgd_delay":
+        if not self.cfg.spec.delayed:
             for ci in due:
                 for a, b in pairs:
                     xa, xb = self.comps[a][ci].gather().clone(), self.comps[b][ci].gather().clone()
@@ -248,10 +248,10 @@ class SimulatedCluster:
         """Every replica <- the average of all replicas (Algorithm 1, line 20)."""
         if self.n == 1 or not self.cfg.enabled:
             return
-        if self.cfg.algorithm in SERVER_ALGORITHMS:
+        if self.cfg.spec.family == "server":
             # EASGD's output is the centre variable; ASGD first pushes the steps since the last pull
             for ci, centre in enumerate(self.centre):
-                if self.cfg.algorithm == "asgd":
+                if self.cfg.spec.rule == "asgd":
                     for k in range(self.n):
                         delta = asgd_delta(self.comps[k][ci].gather().clone(), self.pulled[k][ci])
                         if self.cfg.nonfinite == "ignore" or health.all_finite(delta):  # the server rejects NaN
@@ -288,8 +288,7 @@ class HierarchicalCluster:
         self.models = list(models)
         world = len(self.models)
         self.g = g = group_size or cfg.hierarchy.resolved_group_size(world)
-        if g < 2 or world % g or world // g < 2:
-            raise ValueError(f"HierarchicalCluster needs groups of g >= 2 ranks and at least 2 groups (W={world}, g={g})")
+        check_group_size(g, world, "HierarchicalCluster group_size", groups_needed=True)
         self.groups = world // g
         self.comps = [split_components(m.named_parameters(), cfg.components, cfg.period) for m in self.models]
         period = min(c.period for c in self.comps[0])

@@ -35,7 +35,7 @@ from .algorithms import BMUFSlots, new_local_model
 from .comm import CommStats, Communicator, Exchange
 from .precision import is_low, wire_dtype
 from .components import Component, split_buffers, split_components
-from .config import ADPSGD_ALGORITHMS, SERVER_ALGORITHMS, ConfigError, SyncConfig, load_sync_config, validate_for_world
+from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
 from .schedule import event_at
 from .topology import RingTopology, make_topology
 
@@ -138,11 +138,11 @@ class Synchronizer:
                                          for _ in range(self.topology.q)]
                 if is_low(self.wire_dtype):
                     self._send[comp.name] = torch.empty_like(comp.flat, dtype=self.wire_dtype)
-        if self.cfg.algorithm in SERVER_ALGORITHMS:
+        if self.cfg.spec.engine == "server":
             from .engines.server import ServerEngine
 
             self.engine = ServerEngine(self, process_group)
-        elif self.cfg.algorithm in ADPSGD_ALGORITHMS:
+        elif self.cfg.spec.engine == "pairwise":
             from .engines.pairwise import PairwiseEngine
 
             self.engine = PairwiseEngine(self, process_group)

@@ -111,7 +111,7 @@ class PairwiseEngine:
         self.sync, self.cfg, self.comm, self.topology = sync, cfg, sync.comm, sync.topology
         self.group = process_group
         self.rank, self.n = sync.rank, sync.world_size
-        self.delay = cfg.algorithm == "adpsgd_delay"
+        self.delay = cfg.spec.delayed
         self.mode = "rpc" if cfg.uses_rpc else "lockstep"
         self.round = 0
         comps = sync.components

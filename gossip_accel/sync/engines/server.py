@@ -280,8 +280,8 @@ class ServerEngine:
         self.server_rank = cfg.server_rank
         self.is_server = self.rank == self.server_rank
         self.alpha = cfg.resolved_alpha(self.n)
-        self.rule = "asgd" if cfg.algorithm == "asgd" else "easgd"
-        self.mode = "sync" if cfg.algorithm == "easgd" else ("rpc" if cfg.uses_rpc else "lockstep")
+        self.rule = cfg.spec.rule  # easgd | asgd
+        self.mode = "sync" if not cfg.spec.asynchronous else ("rpc" if cfg.uses_rpc else "lockstep")
         comps = sync.components
         on_cpu = self.mode == "rpc"
         # the centre variable / global model, held by the server only (001, section 2)

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from ..comm import Communicator
-from ..config import ConfigError, load_sync_config
+from ..config import ConfigError, check_group_size, load_sync_config
 from ..schedule import event_at
 from ..synchronizer import Synchronizer
 
@@ -186,9 +186,7 @@ class ReplicaGroups:
             raise ConfigError("ReplicaGroups needs torch.distributed initialized first "
                               "(deepspeed.init_distributed or torch.distributed.init_process_group)")
         world = dist.get_world_size()
-        if group_size < 2 or world % group_size or world // group_size < 2:
-            raise ConfigError(f"ReplicaGroups({group_size}) with {world} processes: the group size must be >= 2, "
-                              "divide the number of processes, and leave at least 2 groups")
+        check_group_size(group_size, world, "ReplicaGroups group_size", groups_needed=True)
         self.layout = GroupLayout(world, group_size)
         pgs = ProcessGroups.create(self.layout)
         self.intra, self.cross = pgs.intra, pgs.cross
