@@ -226,10 +226,9 @@ class HierarchicalSynchronizer(Synchronizer):
             broadcast_components(self.intra_comm, self._all_components())
         super()._broadcast_initial()
 
-    def _sync_buffers(self, verdict: Any = None) -> None:
-        """Buffers: the group's mean (or local rank 0's), then the flat policy between groups."""
-        share_buffers_in_group(self.intra_comm, self.buffers, self.cfg.buffers)
-        super()._sync_buffers(verdict)
+    def _before_buffers(self, buffers: Component) -> None:
+        """Buffers: the group's mean (or local rank 0's) first, then the flat policy between groups."""
+        share_buffers_in_group(self.intra_comm, buffers, self.cfg.buffers)
 
     def finalize(self) -> None:
         """Line 20 between groups (the ranks of a group hold the same model): the mean of all W ranks."""

@@ -339,14 +339,13 @@ class DeepSpeedSynchronizer(Synchronizer):
         super().load_state_dict(state)
         self._engine_steps = int(self.ds_engine.global_steps)
 
-    def _sync_buffers(self, *args: Any, **kwargs: Any) -> None:
+    def _before_buffers(self, buffers: Any) -> None:
         """Replica groups: the float buffers (each rank normalizes its own batch) are first averaged
         (or taken from local rank 0) inside the group, then synchronized between groups."""
-        if self.replica_groups is not None and self.buffers is not None:
+        if self.replica_groups is not None:
             from ..hierarchical import share_buffers_in_group
 
-            share_buffers_in_group(self._intra_comm, self.buffers, self.cfg.buffers)
-        super()._sync_buffers(*args, **kwargs)
+            share_buffers_in_group(self._intra_comm, buffers, self.cfg.buffers)
 
 
 # -- checkpoints -------------------------------------------------------------------------------
