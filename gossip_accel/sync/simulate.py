@@ -23,19 +23,13 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import health
-from .algorithms import (
-    BMUFSlots,
-    asgd_delta,
-    asgd_server_update,
-    elastic_center_update_sync,
-    elastic_worker_update,
-    new_local_model,
-)
+from .algorithms import BMUFSlots, asgd_delta, elastic_center_update_sync, new_local_model
 from .components import split_buffers, split_components
 from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
 from .schedule import event_at
 from .topology import RingTopology, make_topology
+from .worker import easgd_sync_worker, neighbour_mean, pair_merge, record_reset, server_push, server_reply
 
 
 class SimulatedCluster:
@@ -91,15 +85,13 @@ class SimulatedCluster:
                     mean.mul_(self.n / sick.count(False))
             return [(mean.clone(), "warmup_end" if sick[k] and slots_bad[k] else kind) for k in range(self.n)]
         plan = self.topology.plan(ci, round_)
-        check = self.cfg.nonfinite != "ignore"
         out = []
         for k in range(self.n):
             bar = thetas[k].clone()
             received = [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]]
-            own_ok, dropped = health.neighbour_mean_(bar, received, check)
-            self.nonfinite_dropped[k] += len(dropped)
-            source = health.ring_decision(self.cfg.nonfinite, k, self.t, name, own_ok, check and slots_bad[k],
-                                          dropped, plan.recv_from[k])
+            dropped, source = neighbour_mean(self.cfg.nonfinite, k, self.t, name, bar, received, plan.recv_from[k],
+                                             slots_bad[k])
+            self.nonfinite_dropped[k] += dropped
             if source is not None:
                 self._record(k, self.comps[k][ci], source)
             out.append((bar, kind if source is None else "warmup_end"))
@@ -120,12 +112,9 @@ class SimulatedCluster:
         return health.masked_mean(vals, sick), sick
 
     def _record(self, k: int, comp, source: str) -> None:
-        params = health.component_params(comp) if comp is not self.bufs[k] else ()
-        event = health.ResetEvent(k, self.t, comp.name, params, source)
-        self.reset_events.append(event)
-        health.warn_reset(event)
-        if self.on_reset is not None and params:
-            self.on_reset(k, list(params))
+        """Worker k's ``comp`` was reset to ``source`` (worker.record_reset, as in the engines)."""
+        on_reset = (lambda names: self.on_reset(k, names)) if self.on_reset is not None else None
+        record_reset(self.reset_events, on_reset, k, self.t, comp, source, is_buffers=comp is self.bufs[k])
 
     def step(self) -> None:
         """All replicas have taken their local step t; synchronize what is due (lines 6-17)."""
@@ -166,32 +155,27 @@ class SimulatedCluster:
                     health.Verdict([self.comps[0][ci].name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
                 total = torch.stack([x for x, s in zip(xs, sick) if not s]).sum(0)
                 for k in range(n):
-                    if sick[k]:
-                        self._record(k, self.comps[k][ci], "the server's centre variable")
-                    self.comps[k][ci].scatter(centre.clone() if sick[k] else elastic_worker_update(xs[k], centre, alpha))
+                    self._serve(k, ci, easgd_sync_worker(xs[k], centre, alpha, sick[k]), xs[k])
                 elastic_center_update_sync(centre, total, n - sum(sick), alpha)
                 continue
-            for k in range(n):
+            for k in range(n):  # the pushes in rank order (lock-step): the server's push, the worker's reply
+                name = self.comps[k][ci].name
                 if spec.rule == "easgd":
                     old = centre.clone()
-                    if not sick[k]:  # the server rejects a non-finite push
-                        elastic_worker_update(centre, xs[k], alpha)
-                    self._from_server(k, ci, sick[k], old)
-                    self.comps[k][ci].scatter(old if sick[k] else elastic_worker_update(xs[k], old, alpha))
+                    server_push(spec.rule, centre, xs[k], alpha, self.cfg.server_lr, check)
+                    source = server_reply(spec.rule, self.cfg.nonfinite, k, self.t, name, xs[k], old, alpha)
                 else:
-                    delta = asgd_delta(xs[k], self.pulled[k][ci])
-                    if not (check and not health.all_finite(delta)):
-                        asgd_server_update(centre, delta, self.cfg.server_lr)
-                    self._from_server(k, ci, sick[k], centre)
-                    self.pulled[k][ci].copy_(centre)
-                    self.comps[k][ci].scatter(centre)
+                    server_push(spec.rule, centre, asgd_delta(xs[k], self.pulled[k][ci]), alpha, self.cfg.server_lr,
+                                check)
+                    source = server_reply(spec.rule, self.cfg.nonfinite, k, self.t, name, xs[k], centre, alpha,
+                                          self.pulled[k][ci])
+                self._serve(k, ci, source, xs[k])
 
-    def _from_server(self, k: int, ci: int, sick: bool, reply: torch.Tensor) -> None:
-        """A diverged worker takes the server's reply (EASGD/ASGD): recorded, or raised per the policy."""
-        if sick:
-            outcome = "reset" if health.all_finite(reply) else "lost"
-            self._record(k, self.comps[k][ci], health.single_source_decision(
-                self.cfg.nonfinite, k, self.t, self.comps[k][ci].name, outcome, "the server's global model"))
+    def _serve(self, k: int, ci: int, source: Optional[str], x: torch.Tensor) -> None:
+        """Worker k's component ci after the server's reply: recorded if it was reset, written back."""
+        if source is not None:
+            self._record(k, self.comps[k][ci], source)
+        self.comps[k][ci].scatter(x)
 
     def _adpsgd_step(self, due: list[int]) -> None:
         """Each pair of round r averages (fixed / random); delay-by-one applies round r at round r + 1."""
@@ -210,10 +194,9 @@ class SimulatedCluster:
 
     def _pair(self, k: int, ci: int, x: torch.Tensor, other: torch.Tensor, partner: str,
               sent: Optional[torch.Tensor] = None) -> None:
-        """Worker k's pairwise average (health.pair_update_: a non-finite side dropped or reset), written back."""
-        outcome = health.pair_update_(x, other, sent, check=self.cfg.nonfinite != "ignore")
-        self.nonfinite_dropped[k] += outcome == "dropped"
-        source = health.single_source_decision(self.cfg.nonfinite, k, self.t, self.comps[k][ci].name, outcome, partner)
+        """Worker k's pairwise average (worker.pair_merge, as in the engine), written back."""
+        dropped, source = pair_merge(self.cfg.nonfinite, k, self.t, self.comps[k][ci].name, x, other, partner, sent)
+        self.nonfinite_dropped[k] += dropped
         if source is not None:
             self._record(k, self.comps[k][ci], source)
         self.comps[k][ci].scatter(x)
@@ -254,8 +237,8 @@ class SimulatedCluster:
                 if self.cfg.spec.rule == "asgd":
                     for k in range(self.n):
                         delta = asgd_delta(self.comps[k][ci].gather().clone(), self.pulled[k][ci])
-                        if self.cfg.nonfinite == "ignore" or health.all_finite(delta):  # the server rejects NaN
-                            asgd_server_update(centre, delta, self.cfg.server_lr)
+                        server_push(self.cfg.spec.rule, centre, delta, self.alpha, self.cfg.server_lr,  # the server rejects NaN
+                                    self.cfg.nonfinite != "ignore")
                 for k in range(self.n):
                     self.comps[k][ci].scatter(centre)
             if self.bufs[0] is not None:
