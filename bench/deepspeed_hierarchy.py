@@ -9,7 +9,7 @@ component split of conf/lm/period_16_128.yaml) on random token batches of the qu
 ``--workers`` CPU processes (gloo). Two byte counts are reported per worker and step:
 
 * **counted**: the synchronizer's own counters (ring model for all-reduces, exact payload for
-  neighbour exchanges; see gossip_accel/comm.py), DDP's counting all-reduce hook, and for
+  neighbour exchanges; see gossip_accel/sync/comm.py), DDP's counting all-reduce hook, and for
   DeepSpeed's own gradient all-reduce the same ring model on the gradient bytes it reduces;
 * **on the wire**: what really crossed the interfaces (TCP payload and headers, rendezvous and
   store traffic included), read from /proc/net/dev. Each setting runs in network namespaces of
@@ -78,8 +78,8 @@ def worker(args) -> None:
     from omegaconf import OmegaConf
 
     from gossip_accel import shutdown
-    from gossip_accel.comm import Counter, ring_allreduce_bytes
-    from gossip_accel.config import load_sync_config
+    from gossip_accel.sync.comm import Counter, ring_allreduce_bytes
+    from gossip_accel.sync.config import load_sync_config
     from sync_traffic import build_model, load_conf
 
     torch.set_num_threads(1)
@@ -100,7 +100,7 @@ def worker(args) -> None:
     if setting == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        from gossip_accel.integrations.accelerate import counting_allreduce_hook
+        from gossip_accel.sync.integrations.accelerate import counting_allreduce_hook
 
         net = DDP(model)
         net.register_comm_hook(counter, counting_allreduce_hook)
@@ -110,14 +110,14 @@ def worker(args) -> None:
         engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config)
         net = engine
         if setting == "deepspeed_gossip_bmuf":
-            from gossip_accel.integrations.deepspeed import DeepSpeedSynchronizer
+            from gossip_accel.sync.integrations.deepspeed import DeepSpeedSynchronizer
 
             sync = DeepSpeedSynchronizer(engine, load_sync_config(sync_conf, ["algorithm=gossip_bmuf"]))
     else:
         net = model
         overrides = ["algorithm=gossip_bmuf"] + (["exchange_dtype=bfloat16"] if setting.endswith("_bf16") else [])
         if setting == "gossip_bmuf_hier":
-            from gossip_accel.hierarchical import HierarchicalSynchronizer
+            from gossip_accel.sync.hierarchical import HierarchicalSynchronizer
 
             sync = HierarchicalSynchronizer(model, load_sync_config(
                 sync_conf, [*overrides, f"hierarchy.group_size={args.group_size}"]))

@@ -4,7 +4,7 @@
         [--step-ms 50] [--period 1] [--algorithms ddp,ma,bmuf,...] [--json bench/results/stragglers.json]
 
 Spawns ``--workers`` gloo workers (torch.multiprocessing) that train the toy model of
-:mod:`gossip_accel.toy` (a few thousand parameters) with SGD. Every step of every worker
+:mod:`gossip_accel.sync.toy` (a few thousand parameters) with SGD. Every step of every worker
 sleeps ``--step-ms`` milliseconds after its forward/backward/update, standing in for the
 compute of a real model on an accelerator; the straggler (rank ``--straggler``) sleeps
 ``--slowdown`` times as long. Each algorithm runs twice, without and with the straggler, for
@@ -35,7 +35,8 @@ import torch.multiprocessing as mp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gossip_accel import Synchronizer, shutdown, toy  # noqa: E402
+from gossip_accel import Synchronizer, shutdown  # noqa: E402
+from gossip_accel.sync import toy  # noqa: E402
 
 ALGORITHMS = ["ddp", "ma", "bmuf", "gossip_bmuf", "easgd", "easgd_async", "asgd", "adpsgd_fixed",
               "adpsgd_random", "adpsgd_delay"]

@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gossip_accel import Synchronizer, shutdown  # noqa: E402
-from gossip_accel.comm import Counter, ring_allreduce_bytes  # noqa: E402
-from gossip_accel.config import load_sync_config  # noqa: E402
+from gossip_accel.sync.comm import Counter, ring_allreduce_bytes  # noqa: E402
+from gossip_accel.sync.config import load_sync_config  # noqa: E402
 from gossip_accel.data.lm import Vocabulary, read_lines  # noqa: E402
 from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  # noqa: E402
 
@@ -73,11 +73,13 @@ def build_model() -> torch.nn.Module:
 
 
 def analytic(sync: Synchronizer, n: int) -> float:
-    cfg, topo = sync.cfg, sync.topology
-    per_round = {"ma": ring_allreduce_bytes(1, n), "bmuf": ring_allreduce_bytes(1, n)}
-    per_round.update({a: ring_allreduce_bytes(1, n) for a in ("easgd", "easgd_async", "asgd")})  # mean over ranks
-    per_round.update({a: 1.0 for a in ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")})
-    factor = per_round.get(cfg.algorithm, getattr(topo, "q", 0))
+    spec, topo = sync.cfg.spec, sync.topology
+    if spec.graph in ("full", "server"):  # an all-reduce; the server's collectives: the mean over ranks
+        factor = ring_allreduce_bytes(1, n)
+    elif spec.family == "pairwise":  # one partner per round
+        factor = 1.0
+    else:  # the ring: q copies received
+        factor = topo.q
     return sum(factor * c.nbytes / c.period for c in sync.components)
 
 
@@ -98,7 +100,7 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     # DDP baseline: real backward passes through DDP with the counting all-reduce hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gossip_accel.integrations.accelerate import counting_allreduce_hook
+    from gossip_accel.sync.integrations.accelerate import counting_allreduce_hook
 
     ddp, counter, ddp_steps = DDP(model), Counter(), 4
     ddp.register_comm_hook(counter, counting_allreduce_hook)

@@ -2,7 +2,8 @@
 
 The heart is :class:`Synchronizer` (periodic per-component model synchronization: MA, BMUF,
 local-/gossip-MA/BMUF per Algorithm 1 of 000_07fa007f7f1023ae.txt); for an Accelerate loop
-use :class:`gossip_accel.integrations.accelerate.AccelerateSynchronizer`.
+use :class:`gossip_accel.sync.integrations.accelerate.AccelerateSynchronizer`. The synchronizer is the
+subpackage :mod:`gossip_accel.sync`; the training toolkit (trainer, data, models, asr, bin) sits on it.
 
 Names are imported lazily, so that light entry points (data preparation, validation) do not
 pay for importing torch.
@@ -11,19 +12,17 @@ from importlib import import_module
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "ComponentRule": "config", "ConfigError": "config", "SyncConfig": "config", "load_sync_config": "config",
-    "SyncedOptimizer": "sync", "Synchronizer": "sync",
-    "HierarchicalSynchronizer": "hierarchical", "make_synchronizer": "hierarchical",
-    "FullTopology": "topology", "RingTopology": "topology", "TopologyError": "topology",
-}
+def _sync():
+    return import_module(".sync", __name__)  # not ``from . import sync``: that would call __getattr__
 
-__all__ = sorted([*_LAZY, "shutdown"])
+
+__all__ = sorted([*_sync().__all__, "shutdown"])
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    """The synchronizer's public names (``from gossip_accel import Synchronizer``), lazily."""
+    if name in _sync().__all__:
+        return getattr(_sync(), name)
     raise AttributeError(f"module 'gossip_accel' has no attribute {name!r}")
 
 

@@ -28,10 +28,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import checkpoint as ckpt
-from .comm import Counter
-from .config import ConfigError, SyncConfig, apply_overrides
-from .faults import guard
-from .health import clear_optimizer_state
+from .sync.comm import Counter
+from .sync.config import ConfigError, SyncConfig, apply_overrides
+from .sync.faults import guard
+from .sync.health import clear_optimizer_state
 
 
 def load_structured(schema: Any, paths: list[str], overrides: list[str]) -> Any:
@@ -149,7 +149,7 @@ class DistributedRun:
         from accelerate import Accelerator
         from accelerate.utils import InitProcessGroupKwargs
 
-        from .integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
+        from .sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
         cpu = cpu if cpu is not None else not torch.cuda.is_available()
         if keep_checkpoints < 1:

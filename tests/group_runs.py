@@ -3,7 +3,7 @@
 Scenarios run one after the other in the same processes (process start-up dominates on 2 cores);
 tests/test_hierarchical.py and tests/test_exchange_dtype.py read the results of the same spawn.
 Hierarchical scenarios use groups of 2 ranks; the loop is the one of the module docstring of
-gossip_accel/hierarchical.py (backward, allreduce_gradients, optimizer step, sync.step).
+gossip_accel/sync/hierarchical.py (backward, allreduce_gradients, optimizer step, sync.step).
 """
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from gossip_accel import shutdown, toy
-from gossip_accel.hierarchical import HierarchicalSynchronizer, make_synchronizer
-from gossip_accel.simulate import HierarchicalCluster, SimulatedCluster
+from gossip_accel import shutdown
+from gossip_accel.sync import toy
+from gossip_accel.sync.hierarchical import HierarchicalSynchronizer, make_synchronizer
+from gossip_accel.sync.simulate import HierarchicalCluster, SimulatedCluster
 from harness import BASE, DATA_SEED, initial_model, make_optimizer, model_state, spawn_with_timeout
 
 G2 = ["sync.hierarchy.group_size=2"]
@@ -78,7 +79,7 @@ def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:
     if name.startswith("hier_ddp"):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        from gossip_accel.integrations.accelerate import AccelerateSynchronizer
+        from gossip_accel.sync.integrations.accelerate import AccelerateSynchronizer
 
         net = DDP(model)
         sync = AccelerateSynchronizer(PreparedBy(), net, BASE, overrides_of(name))

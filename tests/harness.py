@@ -2,7 +2,7 @@
 
 Workers are real processes (torch.multiprocessing.spawn) in a gloo process group; nothing of
 torch.distributed is mocked. One spawn runs every scenario so that process start-up is paid
-once. The oracle is gossip_accel.simulate.SimulatedCluster with the same seeds and data.
+once. The oracle is gossip_accel.sync.simulate.SimulatedCluster with the same seeds and data.
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gossip_accel import Synchronizer, shutdown, toy
-from gossip_accel.simulate import SimulatedCluster
+from gossip_accel import Synchronizer, shutdown
+from gossip_accel.sync import toy
+from gossip_accel.sync.simulate import SimulatedCluster
 
 WORLD = 4
 LR = 0.05
@@ -140,7 +141,7 @@ def ddp_gradients(rank: int) -> dict:
     """Gradients after one backward through DDP, with and without the no-op comm hook."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from gossip_accel.integrations.accelerate import noop_allreduce_hook
+    from gossip_accel.sync.integrations.accelerate import noop_allreduce_hook
 
     out = {}
     for hooked in (False, True):
@@ -158,7 +159,7 @@ def ddp_gradients(rank: int) -> dict:
 
 def plans_seen(rank: int) -> list:
     """Each rank's view of the neighbour choices of several rounds (must agree everywhere)."""
-    from gossip_accel.topology import RingTopology
+    from gossip_accel.sync.topology import RingTopology
 
     topo = RingTopology(WORLD, 1, 1, seed=5)
     mine = [topo.plan(c, r) for c in range(3) for r in range(1, 6)]
@@ -288,7 +289,7 @@ def _wait_for(pred: Callable[[], bool], what: str) -> None:
 
 
 def run_async_scenario(rank: int, name: str, spec: dict, outdir: str) -> dict:
-    from gossip_accel.param_server import server_report
+    from gossip_accel.sync.engines.server import server_report
 
     model = initial_model(rank)
     opt = torch.optim.Adam(model.parameters(), lr=ASYNC_ADAM_LR)

@@ -1,6 +1,6 @@
 """ADPSGD on a ring (Cui et al. 2021, 002/004): fixed and randomized pairing, delay-by-one.
 
-The pairing (:class:`gossip_accel.topology.PairTopology`), the pure rules, the simulator's
+The pairing (:class:`gossip_accel.sync.topology.PairTopology`), the pure rules, the simulator's
 lock-step semantics (X_{r+1} = (X_r - eta G) W_r, and X_r W_r - eta G for delay-by-one), and
 4 spawned workers running truly asynchronously over RPC: the sum of the models is conserved
 (no average lost or applied twice), every request is served, the run trains and ends cleanly.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel.algorithms import delayed_average, pair_average, passive_absorb
-from gossip_accel.config import ConfigError, load_sync_config
-from gossip_accel.simulate import SimulatedCluster
-from gossip_accel.topology import PairTopology, TopologyError, make_topology
+from gossip_accel.sync.algorithms import delayed_average, pair_average, passive_absorb
+from gossip_accel.sync.config import ConfigError, load_sync_config
+from gossip_accel.sync.simulate import SimulatedCluster
+from gossip_accel.sync.topology import PairTopology, TopologyError, make_topology
 
 from harness import CONST, WORLD, async_results
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel.algorithms import BMUFSlots, block_momentum_from_rule, bmuf_update, ma_update, new_local_model
+from gossip_accel.sync.algorithms import BMUFSlots, block_momentum_from_rule, bmuf_update, ma_update, new_local_model
 
 ETA, ZETA = 0.5, 1.5  # all numbers below are exact binary fractions
 

@@ -1,6 +1,6 @@
 """ASGD with a parameter server: eq. 2 of 001_3db6b3ddf1f13045.txt, staleness, bounded staleness (SSP).
 
-The server role (:class:`gossip_accel.param_server.ParameterServer`) is tested in-process
+The server role (:class:`gossip_accel.sync.engines.server.ParameterServer`) is tested in-process
 (arrival order, staleness k, SSP waits and their release, leaving), then 4 spawned workers run
 it over torch.distributed.rpc: no update is lost at the server, staleness stays within the
 configured bound, the run trains and ends cleanly. Lock-step equality with the simulator is
@@ -11,17 +11,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel import toy
-from gossip_accel.algorithms import (
+from gossip_accel.sync import toy
+from gossip_accel.sync.algorithms import (
     StalenessStats,
     asgd_delta,
     asgd_server_update,
     ssp_may_proceed,
     staleness_bound,
 )
-from gossip_accel.config import ConfigError, load_sync_config
-from gossip_accel.param_server import ParameterServer
-from gossip_accel.simulate import SimulatedCluster
+from gossip_accel.sync.config import ConfigError, load_sync_config
+from gossip_accel.sync.engines.server import ParameterServer
+from gossip_accel.sync.simulate import SimulatedCluster
 
 from harness import CONST, WORLD, async_results
 

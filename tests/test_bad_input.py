@@ -26,7 +26,7 @@ import soundfile as sf
 from gossip_accel.bin import compute_cmvn, compute_fbank, decode_asr, fix_data_dir, prepare_lm, score_wer, train_units
 from gossip_accel.bin import units_text
 from gossip_accel.bin import validate_data_dir
-from gossip_accel.config import ConfigError, load_sync_config
+from gossip_accel.sync.config import ConfigError, load_sync_config
 from gossip_accel.data import kaldi_dir as kd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -407,8 +407,8 @@ def run_case(case: Case, tmp: Path, capsys) -> tuple[int, str, dict]:
         return 1, str(e.value), before
     if main == "components":
         import torch
-        from gossip_accel.components import split_components
-        from gossip_accel.config import ComponentRule
+        from gossip_accel.sync.components import split_components
+        from gossip_accel.sync.config import ComponentRule
 
         model = torch.nn.Sequential()
         model.add_module("embedding", torch.nn.Embedding(4, 2))
@@ -498,7 +498,7 @@ def test_validate_sh_names_the_line_and_exits_1(tmp_path):
 
 def test_q_gt_2p_with_defaults_needs_the_world(tmp_path):
     """q alone is checked once n is known: p defaults to round(log2 n) - 1."""
-    from gossip_accel.config import validate_for_world
+    from gossip_accel.sync.config import validate_for_world
 
     cfg = load_sync_config({"algorithm": "gossip_bmuf", "q": 3})
     validate_for_world(cfg, 16)                  # p = 3: fine

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from gossip_accel.components import Component, split_buffers, split_components
-from gossip_accel.config import ComponentRule, ConfigError
+from gossip_accel.sync.components import Component, split_buffers, split_components
+from gossip_accel.sync.config import ComponentRule, ConfigError
 
 
 class Net(nn.Module):

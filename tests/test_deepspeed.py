@@ -109,8 +109,8 @@ def simulate_groups(steps: int) -> tuple[list[dict], list[dict]]:
     between the groups), each rank its own torch SGD."""
     from harness import DATA_SEED, initial_model, make_optimizer, model_state
 
-    from gossip_accel import toy
-    from gossip_accel.simulate import HierarchicalCluster
+    from gossip_accel.sync import toy
+    from gossip_accel.sync.simulate import HierarchicalCluster
 
     models = [initial_model(k) for k in range(WORLD)]
     cluster = HierarchicalCluster(models, ds_worker.GROUPS_CONFIG, ds_worker.GROUPS_OVERRIDES,
@@ -152,7 +152,7 @@ def test_refused_combinations_say_what_works(runs):
 
 
 def test_load_checkpoint_without_latest_names_the_file(tmp_path):
-    from gossip_accel.integrations.deepspeed import load_checkpoint
+    from gossip_accel.sync.integrations.deepspeed import load_checkpoint
 
     with pytest.raises(FileNotFoundError, match="latest"):
         load_checkpoint(None, None, str(tmp_path))

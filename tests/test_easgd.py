@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel import toy
-from gossip_accel.algorithms import elastic_center_update_sync, elastic_exchange, elastic_worker_update
-from gossip_accel.config import ConfigError, load_sync_config, validate_for_world
-from gossip_accel.simulate import SimulatedCluster
+from gossip_accel.sync import toy
+from gossip_accel.sync.algorithms import elastic_center_update_sync, elastic_exchange, elastic_worker_update
+from gossip_accel.sync.config import ConfigError, load_sync_config, validate_for_world
+from gossip_accel.sync.simulate import SimulatedCluster
 
 from harness import CONST, WORLD, async_results
 

@@ -1,7 +1,7 @@
 """sync.exchange_dtype: components travel in bf16/fp16, the average and the update rule stay fp32.
 
 Real gloo workers (tests/group_runs.py, shared with test_hierarchical.py) against the simulator,
-which rounds at the same places (gossip_accel/precision.py); the byte counters halve; and the
+which rounds at the same places (gossip_accel/sync/precision.py); the byte counters halve; and the
 difference from the fp32 exchange stays bounded (one sync: the rounding bound; 64 steps of
 training on the toy task: measured, with a margin).
 """
@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
-from gossip_accel import toy
-from gossip_accel.config import ConfigError, load_sync_config
-from gossip_accel.precision import simulated_full_mean, wire_round
-from gossip_accel.simulate import SimulatedCluster
+from gossip_accel.sync import toy
+from gossip_accel.sync.config import ConfigError, load_sync_config
+from gossip_accel.sync.precision import simulated_full_mean, wire_round
+from gossip_accel.sync.simulate import SimulatedCluster
 from group_runs import BASE, SCENARIOS, run, simulate
 from harness import DATA_SEED, assert_matches_oracle, initial_model, make_optimizer, model_state
 

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from gossip_accel import checkpoint as ckpt
-from gossip_accel.faults import CollectiveTimeout, PeerLost, guard
+from gossip_accel.sync.faults import CollectiveTimeout, PeerLost, guard
 from harness import spawn_with_timeout
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""Hierarchical sync: real gloo workers in groups against the simulator (gossip_accel.simulate.HierarchicalCluster).
+"""Hierarchical sync: real gloo workers in groups against the simulator (gossip_accel.sync.simulate.HierarchicalCluster).
 
 2 groups x 2 ranks (4 spawned workers) for MA and BMUF; gossip needs a ring of at least 3 nodes
 (Definition 1: 2p < n), so gossip-BMUF runs on 3 groups x 2 ranks (6 workers, few steps).
@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel.config import ConfigError, HierarchyConfig, load_sync_config
-from gossip_accel.hierarchical import GroupLayout, HierarchicalSynchronizer, assign_carriers
-from gossip_accel.schedule import event_at
+from gossip_accel.sync.config import ConfigError, HierarchyConfig, load_sync_config
+from gossip_accel.sync.hierarchical import GroupLayout, HierarchicalSynchronizer, assign_carriers
+from gossip_accel.sync.schedule import event_at
 from group_runs import BASE, RESUMED, SCENARIOS, overrides_of, run, simulate
 from harness import assert_matches_oracle, assert_states_close
 

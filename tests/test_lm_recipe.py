@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gossip_accel.bin.train_lm import build_model, load_conf
-from gossip_accel.components import split_components
-from gossip_accel.config import load_sync_config
+from gossip_accel.sync.components import split_components
+from gossip_accel.sync.config import load_sync_config
 from gossip_accel.data.lm import Vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,9 +15,9 @@ import math
 import pytest
 import torch
 
-from gossip_accel import toy
+from gossip_accel.sync import toy
 from gossip_accel.optim import NGSGD, OnlineNaturalGradient, kaldi_rank
-from gossip_accel.simulate import simulate
+from gossip_accel.sync.simulate import simulate
 
 TOY_CFG = {"components": toy.TOY_COMPONENTS, "period": 4}
 

@@ -16,9 +16,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gossip_accel import Synchronizer, health, shutdown, toy
-from gossip_accel.config import ConfigError, load_sync_config
-from gossip_accel.simulate import SimulatedCluster
+from gossip_accel import Synchronizer, shutdown
+from gossip_accel.sync import health, toy
+from gossip_accel.sync.config import ConfigError, load_sync_config
+from gossip_accel.sync.simulate import SimulatedCluster
 from harness import BASE, DATA_SEED, WORLD, initial_model, make_optimizer, model_state, spawn_with_timeout
 
 ATOL = 1e-5
@@ -267,7 +268,7 @@ def test_masked_mean_and_verdict():
 
 
 def test_replica_sick_checks_the_bmuf_slots():
-    from gossip_accel.algorithms import BMUFSlots
+    from gossip_accel.sync.algorithms import BMUFSlots
 
     slots = BMUFSlots.start_from(torch.zeros(3))
     assert health.replica_sick(torch.zeros(3), slots) == (False, False)

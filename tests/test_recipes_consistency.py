@@ -33,7 +33,7 @@ def load_conf_dry(recipe: Path, conf: Path) -> None:
     """Load a conf as its trainer would (no overrides), and validate its sync section."""
     from omegaconf import OmegaConf
 
-    from gossip_accel.config import load_sync_config
+    from gossip_accel.sync.config import load_sync_config
 
     lm = kind(recipe) == "lm" or conf.name.startswith("lm")
     if lm:
@@ -85,7 +85,7 @@ def check_recipe(recipe: Path, template: Path) -> None:
             from gossip_accel.bin.train_lm import load_conf
             from omegaconf import OmegaConf
 
-            from gossip_accel.config import load_sync_config
+            from gossip_accel.sync.config import load_sync_config
             load_sync_config(OmegaConf.to_container(load_conf([str(model), str(p)], []).sync))
     r = subprocess.run(["bash", str(recipe / "run.sh"), "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"{recipe}/run.sh --help exited {r.returncode}: {r.stderr[-2000:]}"

@@ -6,11 +6,11 @@ import copy
 import pytest
 import torch
 
-from gossip_accel import toy
-from gossip_accel.config import ALGORITHMS
-from gossip_accel.schedule import Event, event_at
-from gossip_accel.simulate import SimulatedCluster, simulate
-from gossip_accel.topology import RingTopology, TopologyError
+from gossip_accel.sync import toy
+from gossip_accel.sync.config import ALGORITHMS
+from gossip_accel.sync.schedule import Event, event_at
+from gossip_accel.sync.simulate import SimulatedCluster, simulate
+from gossip_accel.sync.topology import RingTopology, TopologyError
 
 TOY_CFG = {"components": toy.TOY_COMPONENTS, "period": 4}  # embedding shards: H=8, rest: H=4
 

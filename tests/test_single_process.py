@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel import ConfigError, SyncedOptimizer, Synchronizer, toy
+from gossip_accel import ConfigError, SyncedOptimizer, Synchronizer
+from gossip_accel.sync import toy
 
 
 def test_single_process_warns_and_trains_locally():

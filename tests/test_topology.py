@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from gossip_accel.topology import FullTopology, Plan, RingTopology, TopologyError, make_topology
+from gossip_accel.sync.topology import FullTopology, Plan, RingTopology, TopologyError, make_topology
 
 
 # -- Definition 1: node i is connected to (i-1)%n..(i-k)%n and (i+1)%n..(i+k)%n --------------
@@ -245,7 +245,7 @@ def test_make_topology_gossip_is_ring(algo):
 # -- sync.mixing=pair: random matchings of ring neighbours ----------------------------------------
 @pytest.mark.parametrize("n,p", [(4, 1), (5, 1), (8, 1), (9, 2), (16, 3)])
 def test_paired_ring_draws_a_maximal_matching_of_ring_edges(n, p):
-    from gossip_accel.topology import PairedRingTopology
+    from gossip_accel.sync.topology import PairedRingTopology
 
     topo = make_topology("gossip_bmuf", n, p, 1, 7, mixing="pair")
     assert isinstance(topo, PairedRingTopology) and isinstance(topo, RingTopology)

@@ -1,7 +1,7 @@
 """The synchronizer's own cost: one sync against a raw torch.distributed replay of the same calls.
 
 :class:`CallRecorder` wraps the data-moving calls of a synchronizer's
-:class:`gossip_accel.comm.Communicator` (``allreduce_mean``, ``exchange``, ``broadcast`` and,
+:class:`gossip_accel.sync.comm.Communicator` (``allreduce_mean``, ``exchange``, ``broadcast`` and,
 where the communicator has them, ``reduce_sum``, ``gather``, ``scatter``) and records what each
 moved (sizes, dtypes, peers, tags) without changing it. :func:`measure` then steps the
 synchronizer (no training in between) through whole cycles, times every ``sync.step()`` that
@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from gossip_accel.schedule import event_at
+from gossip_accel.sync.schedule import event_at
 
 MIN_SYNCS = 4
 #: collectives that are the synchronizer's own bookkeeping, not the components' payload: the

@@ -20,11 +20,10 @@ from typing import Optional
 import torch
 
 from bench.sync_traffic import SETTINGS as SYNC_SETTINGS  # name -> sync overrides
-from gossip_accel.comm import Counter
-from gossip_accel.config import load_sync_config
+from gossip_accel.sync.comm import Counter
+from gossip_accel.sync.config import load_sync_config
 
 NO_COMM, DDP = "no-comm", "ddp"
-ALGORITHM_1 = {"ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf"}  # nothing to close
 SETTINGS = {**SYNC_SETTINGS,  # local-BMUF at the period of the (8) settings, beside gossip-BMUF (8)
             "local_bmuf-(8)": [*SYNC_SETTINGS["local_bmuf-(16,128)"], *SYNC_SETTINGS["gossip_bmuf-(8)"][1:]]}
 ALL_SETTINGS = (NO_COMM, DDP, *SETTINGS)
@@ -91,5 +90,5 @@ class SettingRun:
         """End the setting. Algorithm 1's family holds nothing open, and its ``finalize()`` (a full-model
         all-reduce) is not needed here; any other algorithm gets its ``finalize()``, where the
         asynchronous ones close their RPC session."""
-        if self.sync is not None and self.sync.cfg.algorithm not in ALGORITHM_1:
+        if self.sync is not None and self.sync.cfg.spec.family != "periodic":
             self.run.finish()

@@ -88,7 +88,7 @@ def tcp_retransmits() -> Optional[int]:
 def analytic_bytes(run: SettingRun, world: int) -> float:
     """Bytes per step and worker by docs/ALGORITHMS.md (bench/sync_traffic.py's formulas)."""
     from bench.sync_traffic import analytic
-    from gossip_accel.comm import ring_allreduce_bytes
+    from gossip_accel.sync.comm import ring_allreduce_bytes
 
     if run.sync is not None:
         return analytic(run.sync, world)

@@ -170,7 +170,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    from ..config import load_sync_config
+    from ..sync.config import load_sync_config
     from ..trainer import DistributedRun, make_optimizer, run_options
 
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)

@@ -26,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from .. import shutdown
-from ..config import ConfigError
+from ..sync.config import ConfigError
 from ..data.lm import Vocabulary, batchify, bptt_windows, num_windows, read_lines, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
 from ..trainer import RunConf, make_optimizer  # noqa: F401  (also the name bench/cluster imports from here)
@@ -115,7 +115,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
 
-    from ..config import load_sync_config
+    from ..sync.config import load_sync_config
     from ..data.asr import agree_on_steps
     from ..trainer import DistributedRun, run_options
 

@@ -1,1 +1,2 @@
-"""Glue to training frameworks: Accelerate (DDP, and its DeepSpeed plugin) and DeepSpeed engines."""
+"""Moved to :mod:`gossip_accel.sync.integrations`; ``gossip_accel.integrations.accelerate`` and
+``gossip_accel.integrations.deepspeed`` still import (they are the same module objects)."""

@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ds_worker import skip_shm_comm_build  # noqa: E402
 from harness import BASE, DATA_SEED, initial_model, make_optimizer, model_state  # noqa: E402
 
-from gossip_accel import toy  # noqa: E402
-from gossip_accel.integrations.accelerate import AccelerateSynchronizer  # noqa: E402
+from gossip_accel.sync import toy  # noqa: E402
+from gossip_accel.sync.integrations.accelerate import AccelerateSynchronizer  # noqa: E402
 
 
 def main() -> None:

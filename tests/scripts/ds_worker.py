@@ -18,7 +18,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import BASE, DATA_SEED, LR, initial_model, model_state  # noqa: E402
 
-from gossip_accel import toy  # noqa: E402
+from gossip_accel.sync import toy  # noqa: E402
 
 STEPS = 14  # not a multiple of any period: the replicas differ before the final average
 RESUME_AT = 5
@@ -95,7 +95,7 @@ def loss_scale(engine) -> float:
 
 def train(engine, sync, rank: int, start: int, stop: int, log: dict, inject: bool = False) -> None:
     """Steps start..stop (inclusive), each: forward, backward, engine.step(), sync.step()."""
-    from gossip_accel.integrations.deepspeed import fp16_loss
+    from gossip_accel.sync.integrations.deepspeed import fp16_loss
 
     for t in range(start, stop + 1):
         accum = engine.gradient_accumulation_steps()
@@ -117,7 +117,7 @@ def train(engine, sync, rank: int, start: int, stop: int, log: dict, inject: boo
 
 
 def run_scenario(name: str, rank: int, outdir: str) -> dict:
-    from gossip_accel.integrations.deepspeed import DeepSpeedSynchronizer, save_checkpoint
+    from gossip_accel.sync.integrations.deepspeed import DeepSpeedSynchronizer, save_checkpoint
 
     overrides, extra = SCENARIOS[name]
     engine = make_engine(rank, extra)
@@ -143,8 +143,8 @@ def run_scenario(name: str, rank: int, outdir: str) -> dict:
 
 def refused(rank: int) -> dict:
     """ZeRO-1, fp16 with an asynchronous algorithm, sync.hierarchy: ConfigErrors that say what works."""
-    from gossip_accel.config import ConfigError
-    from gossip_accel.integrations.deepspeed import DeepSpeedSynchronizer
+    from gossip_accel.sync.config import ConfigError
+    from gossip_accel.sync.integrations.deepspeed import DeepSpeedSynchronizer
 
     out = {}
     for key, extra, overrides in (
@@ -171,7 +171,7 @@ GROUPS_OVERRIDES = ["sync.algorithm=bmuf", "sync.block_momentum=0.5", f"sync.hie
 def zero_groups(rank: int, stage: int) -> dict:
     import deepspeed
 
-    from gossip_accel.integrations.deepspeed import DeepSpeedSynchronizer, ReplicaGroups
+    from gossip_accel.sync.integrations.deepspeed import DeepSpeedSynchronizer, ReplicaGroups
 
     groups = ReplicaGroups(GROUP_SIZE)
     model = initial_model(rank)
@@ -189,7 +189,7 @@ def zero_groups(rank: int, stage: int) -> dict:
 
 
 def resume(rank: int, outdir: str) -> dict:
-    from gossip_accel.integrations.deepspeed import DeepSpeedSynchronizer, load_checkpoint
+    from gossip_accel.sync.integrations.deepspeed import DeepSpeedSynchronizer, load_checkpoint
 
     overrides, extra = SCENARIOS["fp32"]
     engine = make_engine(rank + 100, extra)  # other weights: the checkpoint must overwrite them

@@ -2,7 +2,7 @@
 
     train_toy.py OUT_DIR [--accum K] [--steps S] [sync overrides ...]
 
-Trains gossip_accel.toy.ToyModel on rank-specific deterministic data through an
+Trains gossip_accel.sync.toy.ToyModel on rank-specific deterministic data through an
 Accelerator-prepared (DDP) model with AccelerateSynchronizer, then saves each rank's
 parameters before and after the final average to OUT_DIR/rank{r}.pt.
 """
@@ -16,8 +16,9 @@ from accelerate import Accelerator
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from harness import BASE, DATA_SEED, initial_model, make_optimizer, model_state  # noqa: E402
 
-from gossip_accel import shutdown, toy  # noqa: E402
-from gossip_accel.integrations.accelerate import AccelerateSynchronizer  # noqa: E402
+from gossip_accel import shutdown  # noqa: E402
+from gossip_accel.sync import toy  # noqa: E402
+from gossip_accel.sync.integrations.accelerate import AccelerateSynchronizer  # noqa: E402
 
 
 def main() -> None:

@@ -33,17 +33,12 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-#: Algorithm 1 of 000 (full graph or ring), one collective/exchange per sync of a component
-PERIODIC_ALGORITHMS = ("ma", "bmuf", "local_ma", "local_bmuf", "gossip_ma", "gossip_bmuf")
-#: the centre variable / global model lives on a parameter server (``sync.server_rank``): eq. 2, 8, 9 of 001
-SERVER_ALGORITHMS = ("easgd", "easgd_async", "asgd")
-#: one ring neighbour per sync, pairwise average (Cui et al. 2021, 002/004)
-ADPSGD_ALGORITHMS = ("adpsgd_fixed", "adpsgd_random", "adpsgd_delay")
-#: run truly asynchronously over torch.distributed.rpc unless ``sync.lockstep`` is true
-ASYNC_ALGORITHMS = ("easgd_async", "asgd") + ADPSGD_ALGORITHMS
-ALGORITHMS = PERIODIC_ALGORITHMS + SERVER_ALGORITHMS + ADPSGD_ALGORITHMS
+from . import registry
+
+#: every value of ``sync.algorithm``, in the order of the registry (gossip_accel/sync/registry.py)
+ALGORITHMS = registry.names()
 BUFFER_POLICIES = ("average", "local", "broadcast")
-#: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/health.py)
+#: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/sync/health.py)
 NONFINITE_POLICIES = ("reset", "raise", "ignore")
 
 
@@ -73,7 +68,7 @@ class ComponentRule:
     per_match: bool = False
 
 
-#: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/precision.py)
+#: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/sync/precision.py)
 EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
 #: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
 #: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
@@ -84,9 +79,37 @@ CARRIER_POLICIES = ("balanced", "round_robin")
 GROUP_WORDS = ("node", "auto")
 
 
+def check_group_size(g: Any, world: Optional[int] = None, key: str = "sync.hierarchy.group_size",
+                     groups_needed: bool = False) -> None:
+    """The rule of replica groups, in one place: g (an int >= 1; 1 = flat) consecutive ranks per group,
+    and for g > 1 (or always with ``groups_needed``) g divides the ``world`` processes and leaves at least
+    2 groups. Raises :class:`ConfigError` naming ``key`` (a config key or the caller, e.g. ``ReplicaGroups``)."""
+    if not isinstance(g, int) or isinstance(g, bool):
+        raise ConfigError(f"{key}={g!r}; give null (flat), an int (ranks per group) or one of {', '.join(GROUP_WORDS)}")
+    if g < 1:
+        raise ConfigError(f"{key}={g} must be >= 1 (null or 1: flat)")
+    if groups_needed and g < 2:
+        raise ConfigError(f"{key}={g} is flat (one rank per group): groups need g >= 2 ranks")
+    if world is None or g == 1:
+        return
+    if world % g:
+        raise ConfigError(f"{key}={g} does not divide the {world} processes of this run; "
+                          f"give a divisor of {world} (every group needs the same number of ranks)")
+    if world // g < 2:
+        raise ConfigError(f"{key}={g} with {world} processes makes {world // g} group: "
+                          "hierarchical sync needs at least 2 groups; lower group_size or set it to null (flat)")
+
+
+def check_ring_degree(p: int, q: int, where: str = "") -> None:
+    """q <= 2p: a node of the p-symmetric ring has 2p neighbours (Definition 1 of 000)."""
+    if q > 2 * p:
+        raise ConfigError(f"sync.q={q} > 2 * sync.p = {2 * p}{where}: a node has only 2p ring neighbours "
+                          "(Definition 1); lower sync.q or raise sync.p")
+
+
 @dataclass
 class HierarchyConfig:
-    """Hierarchical synchronization (gossip_accel/hierarchical.py; docs/ALGORITHMS.md).
+    """Hierarchical synchronization (gossip_accel/sync/hierarchical.py; docs/ALGORITHMS.md).
 
     ``group_size``: ``null`` or 1 = flat (every rank is a replica); an int g = consecutive ranks
     [j g, (j+1) g) form group j; ``node`` = one group per node (g = LOCAL_WORLD_SIZE, set by
@@ -117,23 +140,13 @@ class HierarchyConfig:
             g = int(local)
             if g >= world and self.group_size == "auto":
                 return 1  # one node: nothing between nodes
-        if not isinstance(g, int) or isinstance(g, bool):
-            raise ConfigError(f"sync.hierarchy.group_size={self.group_size!r}; give null (flat), an int "
-                              f"(ranks per group) or one of {', '.join(GROUP_WORDS)}")
-        if g < 1:
-            raise ConfigError(f"sync.hierarchy.group_size={g} must be >= 1 (null or 1: flat)")
-        if g > 1 and world % g:
-            raise ConfigError(f"sync.hierarchy.group_size={g} does not divide the {world} processes of this run; "
-                              f"give a divisor of {world} (every group needs the same number of ranks)")
-        if g > 1 and world // g < 2:
-            raise ConfigError(f"sync.hierarchy.group_size={g} with {world} processes makes {world // g} group: "
-                              "hierarchical sync needs at least 2 groups; lower group_size or set it to null (flat)")
+        check_group_size(g, world)
         return g
 
 
 @dataclass
 class SyncConfig:
-    """Everything the :class:`~gossip_accel.sync.Synchronizer` needs (see docs/ALGORITHMS.md)."""
+    """Everything the :class:`~gossip_accel.sync.synchronizer.Synchronizer` needs (see docs/ALGORITHMS.md)."""
 
     algorithm: str = "gossip_bmuf"
     period: int = 16
@@ -169,22 +182,25 @@ class SyncConfig:
     rpc_timeout: float = 600.0            # seconds for one RPC (and for the RPC rendezvous)
     rpc_init_method: Optional[str] = None  # RPC rendezvous; default tcp://$MASTER_ADDR:<free port of rank 0>
 
-    # -- derived quantities ---------------------------------------------------------------
+    # -- derived quantities (from the registry entry of sync.algorithm) -------------------
+    @property
+    def spec(self) -> registry.Algorithm:
+        """The registry entry of ``sync.algorithm`` (validate() made sure it exists)."""
+        return registry.get(self.algorithm)
+
     @property
     def uses_bmuf(self) -> bool:
-        return self.algorithm.endswith("bmuf")
+        return self.spec.bmuf_slots
 
     @property
     def graph(self) -> str:
         """``full`` for MA/BMUF, ``ring`` for local/gossip and ADPSGD, ``server`` for EASGD/ASGD."""
-        if self.algorithm in SERVER_ALGORITHMS:
-            return "server"
-        return "full" if self.algorithm in ("ma", "bmuf") else "ring"
+        return self.spec.graph
 
     @property
     def is_async(self) -> bool:
         """An asynchronous algorithm (ASGD, async EASGD, ADPSGD)."""
-        return self.algorithm in ASYNC_ALGORITHMS
+        return self.spec.asynchronous
 
     @property
     def uses_rpc(self) -> bool:
@@ -212,7 +228,7 @@ class SyncConfig:
     def resolved_q(self, n: int) -> int:
         """Gossip neighbours; ``2p`` for local variants, else default ``min(p, 2)`` (section 3.3)."""
         p = self.resolved_p(n)
-        if self.algorithm.startswith("local_"):
+        if self.spec.all_neighbours:
             return 2 * p if self.q is None else self.q
         if self.mixing == "pair":
             return 1 if self.q is None else self.q  # one partner per round
@@ -230,9 +246,7 @@ class SyncConfig:
 def validate(cfg: SyncConfig) -> None:
     """Check values that omegaconf's typing cannot: raises :class:`ConfigError` naming the key."""
     if cfg.algorithm not in ALGORITHMS:
-        raise ConfigError(
-            f"sync.algorithm={cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}"
-        )
+        raise ConfigError(registry.unknown(cfg.algorithm))
     if cfg.period < 1:
         raise ConfigError(f"sync.period={cfg.period} must be >= 1 (a sync every H steps)")
     if cfg.buffers not in BUFFER_POLICIES:
@@ -251,10 +265,10 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.block_lr={cfg.block_lr} must be > 0")
     if cfg.warmup_steps < 0 or cfg.warmup_period < 1:
         raise ConfigError("sync.warmup_steps must be >= 0 and sync.warmup_period >= 1")
-    if cfg.algorithm not in PERIODIC_ALGORITHMS and cfg.warmup_steps > 0:
+    if not cfg.spec.warmup and cfg.warmup_steps > 0:
         raise ConfigError(
             f"sync.warmup_steps={cfg.warmup_steps}: warm-up (full averages, then a BMUF slot restart) is "
-            f"defined for {', '.join(PERIODIC_ALGORITHMS)}; set sync.warmup_steps=0 for {cfg.algorithm}"
+            f"defined for {', '.join(registry.names(warmup=True))}; set sync.warmup_steps=0 for {cfg.algorithm}"
         )
     if cfg.easgd_alpha is not None and cfg.easgd_lambda is not None:
         raise ConfigError("give either sync.easgd_alpha or sync.easgd_lambda (with sync.easgd_eta), not both")
@@ -284,18 +298,9 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.p={cfg.p} must be >= 1")
     if cfg.q is not None and cfg.q < 1:
         raise ConfigError(f"sync.q={cfg.q} must be >= 1")
-    if cfg.p is not None and cfg.q is not None and cfg.q > 2 * cfg.p:
-        raise ConfigError(f"sync.q={cfg.q} > 2 * sync.p = {2 * cfg.p}: a node has only 2p ring neighbours "
-                          f"(Definition 1); lower sync.q or raise sync.p")
-    if cfg.mixing not in MIXINGS:
-        raise ConfigError(f"sync.mixing={cfg.mixing!r}; choose one of {', '.join(MIXINGS)} "
-                          "(pull: each node averages with q neighbours it picks; pair: random ring matching)")
-    if cfg.mixing == "pair" and not cfg.algorithm.startswith("gossip_"):
-        raise ConfigError(f"sync.mixing=pair is a gossip round (gossip_ma, gossip_bmuf); {cfg.algorithm} "
-                          "averages over fixed neighbours: set sync.mixing=pull")
-    if cfg.mixing == "pair" and cfg.q not in (None, 1):
-        raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
-                          "drop sync.q (or set it to 1), or use sync.mixing=pull")
+    if cfg.p is not None and cfg.q is not None:
+        check_ring_degree(cfg.p, cfg.q)
+    _validate_mixing(cfg)
     _validate_wire_and_hierarchy(cfg)
     if not cfg.components:
         raise ConfigError("sync.components is empty; give at least one rule, e.g. {name: all}")
@@ -311,26 +316,42 @@ def validate(cfg: SyncConfig) -> None:
         names.add(rule.name)
 
 
+def _validate_mixing(cfg: SyncConfig) -> None:
+    """sync.mixing: a value of MIXINGS; ``pair`` only on a gossip round (ring, q < 2p), with q = 1."""
+    if cfg.mixing not in MIXINGS:
+        raise ConfigError(f"sync.mixing={cfg.mixing!r}; choose one of {', '.join(MIXINGS)} "
+                          "(pull: each node averages with q neighbours it picks; pair: random ring matching)")
+    if cfg.mixing == "pair" and not _gossip_round(cfg.spec):
+        gossip = registry.names(family="periodic", graph="ring", all_neighbours=False)
+        raise ConfigError(f"sync.mixing=pair is a gossip round ({', '.join(gossip)}); {cfg.algorithm} "
+                          "averages over fixed neighbours: set sync.mixing=pull")
+    if cfg.mixing == "pair" and cfg.q not in (None, 1):
+        raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
+                          "drop sync.q (or set it to 1), or use sync.mixing=pull")
+
+
+def _gossip_round(spec: registry.Algorithm) -> bool:
+    """Algorithm 1 on the ring with q < 2p drawn neighbours (gossip-MA/BMUF)."""
+    return spec.family == "periodic" and spec.graph == "ring" and not spec.all_neighbours
+
+
 def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
     """sync.exchange_dtype and sync.hierarchy: values, and the algorithms they work with."""
     if cfg.exchange_dtype not in EXCHANGE_DTYPES:
         raise ConfigError(f"sync.exchange_dtype={cfg.exchange_dtype!r}; choose one of {', '.join(EXCHANGE_DTYPES)}")
-    if cfg.exchange_dtype != "float32" and cfg.algorithm not in PERIODIC_ALGORITHMS:
+    if cfg.exchange_dtype != "float32" and not cfg.spec.low_precision_wire:
         raise ConfigError(
-            f"sync.exchange_dtype={cfg.exchange_dtype} is implemented for {', '.join(PERIODIC_ALGORITHMS)}; "
+            f"sync.exchange_dtype={cfg.exchange_dtype} is implemented for {', '.join(registry.names(low_precision_wire=True))}; "
             f"{cfg.algorithm} exchanges fp32 (its server/pairwise messages are not cast): set sync.exchange_dtype=float32")
     h = cfg.hierarchy
     if h.carriers not in CARRIER_POLICIES:
         raise ConfigError(f"sync.hierarchy.carriers={h.carriers!r}; choose one of {', '.join(CARRIER_POLICIES)}")
     g = h.group_size
-    if g is not None and not (isinstance(g, str) and g in GROUP_WORDS) and (not isinstance(g, int) or isinstance(g, bool)):
-        raise ConfigError(f"sync.hierarchy.group_size={g!r}; give null (flat), an int (ranks per group) "
-                          f"or one of {', '.join(GROUP_WORDS)}")
-    if isinstance(g, int) and g < 1:
-        raise ConfigError(f"sync.hierarchy.group_size={g} must be >= 1 (null or 1: flat)")
-    if g not in (None, 1) and cfg.algorithm not in PERIODIC_ALGORITHMS:
+    if g is not None and not (isinstance(g, str) and g in GROUP_WORDS):
+        check_group_size(g)
+    if g not in (None, 1) and not cfg.spec.hierarchy:
         raise ConfigError(
-            f"sync.hierarchy.group_size={g!r} is implemented for {', '.join(PERIODIC_ALGORITHMS)}; "
+            f"sync.hierarchy.group_size={g!r} is implemented for {', '.join(registry.names(hierarchy=True))}; "
             f"{cfg.algorithm} runs flat: set sync.hierarchy.group_size=null")
 
 
@@ -338,12 +359,12 @@ def validate_for_world(cfg: SyncConfig, n: int) -> None:
     """Checks that need the number of workers n (the Synchronizer and the simulator call it)."""
     if n < 2 or not cfg.enabled:
         return
-    if cfg.algorithm in PERIODIC_ALGORITHMS and cfg.graph == "ring" and cfg.resolved_q(n) > 2 * cfg.resolved_p(n):
-        raise ConfigError(f"sync.q={cfg.resolved_q(n)} > 2 * sync.p = {2 * cfg.resolved_p(n)} with n={n}: a node "
-                          f"has only 2p ring neighbours (Definition 1); lower sync.q or set sync.p")
-    if cfg.algorithm in SERVER_ALGORITHMS and not 0 <= cfg.server_rank < n:
+    spec = cfg.spec
+    if spec.family == "periodic" and spec.graph == "ring":
+        check_ring_degree(cfg.resolved_p(n), cfg.resolved_q(n), f" with n={n}")
+    if spec.graph == "server" and not 0 <= cfg.server_rank < n:
         raise ConfigError(f"sync.server_rank={cfg.server_rank} is not a rank of this run (n={n})")
-    if cfg.algorithm == "easgd" and n * cfg.resolved_alpha(n) >= 2.0:
+    if spec.rule == "easgd" and not spec.asynchronous and n * cfg.resolved_alpha(n) >= 2.0:
         raise ConfigError(
             f"synchronous EASGD with n={n} and alpha={cfg.resolved_alpha(n):g}: beta = n * alpha >= 2 makes the "
             "centre variable diverge (eq. 8 of 001); lower sync.easgd_alpha (or sync.easgd_eta * sync.easgd_lambda)"

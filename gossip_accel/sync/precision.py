@@ -1,6 +1,6 @@
 """The dtype of the wire (``sync.exchange_dtype``): components travel in bf16/fp16, arithmetic stays fp32.
 
-Shared by the transport (:mod:`gossip_accel.comm`) and the oracle (:mod:`gossip_accel.simulate`),
+Shared by the transport (:mod:`gossip_accel.sync.comm`) and the oracle (:mod:`gossip_accel.sync.simulate`),
 so a distributed run and the simulator round at exactly the same places:
 
 * a worker's component theta_i^k (fp32) is rounded once to the wire dtype when it is sent:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import registry
+
 
 class TopologyError(ValueError):
     """An impossible graph: the message says which parameter to change."""
@@ -193,17 +195,19 @@ class PairTopology:
 
 
 def make_topology(algorithm: str, n: int, p: int, q: int, seed: int, mixing: str = "pull"):
-    """Topology for a configured algorithm: full graph for ma/bmuf (and the star of the
-    server algorithms), ADPSGD's pairs for adpsgd_*, the p-symmetric ring otherwise
+    """Topology for a configured algorithm, from its registry entry: the full graph (MA/BMUF, and the
+    star of the server algorithms), ADPSGD's pairs (its pairing pattern), the p-symmetric ring otherwise
     (``mixing="pair"``: its random matchings, :class:`PairedRingTopology`)."""
-    if algorithm in ("ma", "bmuf", "easgd", "easgd_async", "asgd"):
+    spec = registry.get(algorithm)
+    if spec.graph in ("full", "server"):
         return FullTopology(n)
-    if algorithm.startswith("adpsgd_"):
-        return PairTopology(n, "random" if algorithm == "adpsgd_random" else "fixed", seed)
-    if algorithm.startswith("local_") and q != 2 * p:
+    if spec.pairing is not None:
+        return PairTopology(n, spec.pairing, seed)
+    if spec.all_neighbours and q != 2 * p:
+        gossip = registry.names(family=spec.family, graph="ring", rule=spec.rule, all_neighbours=False)
         raise TopologyError(
             f"{algorithm} averages with all 2p={2 * p} ring neighbours, but q={q}; "
-            f"drop sync.q or use gossip_{algorithm[len('local_'):]} for q < 2p"
+            f"drop sync.q or use {' / '.join(gossip)} for q < 2p"
         )
     if mixing == "pair":
         if q != 1:

@@ -14,7 +14,7 @@ Three ways to run, chosen by ``sync.algorithm`` and ``sync.lockstep``:
   worker makes one RPC to the server ("push" its model or its update, "pull" the centre or the
   new model) and continues; the server applies pushes in arrival order. Staleness k of eq. 2
   is measured per push; ``sync.max_staleness = S`` bounds it (stale synchronous parallel,
-  :func:`~gossip_accel.algorithms.asgd.ssp_may_proceed`). Workers at different speeds never
+  :func:`~gossip_accel.sync.algorithms.asgd.ssp_may_proceed`). Workers at different speeds never
   deadlock: the slowest worker never waits, a finished worker leaves the bound, and the
   final push / leave, ``rpc.shutdown`` (which waits for every outstanding call) and the final
   broadcast of the server's model end the run cleanly.
@@ -27,111 +27,41 @@ The final model of every worker is the server's (EASGD's output is the centre va
 """
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from . import health
-from .algorithms import (
-    StalenessStats,
-    asgd_delta,
-    asgd_server_update,
-    elastic_center_update_sync,
-    elastic_worker_update,
-    ssp_may_proceed,
-)
-from .comm import CommStats
-from .config import ConfigError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .components import Component
-    from .sync import Synchronizer
-
-# services of this process, by the key its RPC session shares with the other ranks
-_REGISTRY: dict[str, Any] = {}
-
-
-def rpc_name(rank: int) -> str:
-    return f"gossip_accel{rank}"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-class RpcSession:
-    """torch.distributed.rpc for the lifetime of one synchronizer.
-
-    Rendezvous: ``sync.rpc_init_method`` if given, else rank 0 picks a free TCP port on
-    ``$MASTER_ADDR`` (127.0.0.1 when unset) and broadcasts it with the process group. The
-    local ``service`` is registered under a key all ranks share before RPC starts, so a
-    request can never arrive before its handler exists.
-    """
-
-    def __init__(self, group: Optional[dist.ProcessGroup], rank: int, world: int, timeout: float,
-                 init_method: Optional[str], service: Any):
-        try:
-            rpc.get_worker_info()
-            already = True
-        except RuntimeError:
-            already = False
-        if already:
-            raise ConfigError("torch.distributed.rpc is already initialized in this process; the asynchronous "
-                              "algorithms start their own RPC session (or use sync.lockstep=true)")
-        obj: list = [init_method, None]
-        if rank == 0:
-            if init_method is None:
-                obj[0] = f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{_free_port()}"
-            obj[1] = uuid.uuid4().hex
-        src = 0 if group is None else dist.get_global_rank(group, 0)
-        dist.broadcast_object_list(obj, src=src, group=group)
-        self.init_method, self.key = obj
-        self.rank = rank
-        _REGISTRY[self.key] = service
-        opts = rpc.TensorPipeRpcBackendOptions(init_method=self.init_method, rpc_timeout=timeout,
-                                               num_worker_threads=max(16, 2 * world + 4))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's own ProcessGroup deprecation notices from init_rpc
-            rpc.init_rpc(rpc_name(rank), rank=rank, world_size=world, rpc_backend_options=opts)
-        self.open = True
-
-    def shutdown(self, graceful: bool = True) -> None:
-        """``graceful``: wait until every rank is here and no RPC is outstanding anywhere."""
-        if self.open:
-            self.open = False
-            try:
-                rpc.shutdown(graceful=graceful)
-            finally:
-                _REGISTRY.pop(self.key, None)
+from ..algorithms import StalenessStats, asgd_delta, elastic_center_update_sync, ssp_may_proceed
+from ..comm import CommStats
+from ..components import Component
+from ..worker import easgd_sync_worker, relative_distance, server_push, server_reply
+from .base import Due, Engine, EngineContext
+from .rpc import RpcSession, rpc_name, service
 
 
 @rpc.functions.async_execution
 def _rpc_push(key: str, comp_ids: list[int], payload: list[torch.Tensor], rank: int, leave: bool):
-    return _REGISTRY[key].push(comp_ids, payload, rank, leave)
+    return service(key).push(comp_ids, payload, rank, leave)
 
 
 def _rpc_leave(key: str, rank: int) -> None:
-    _REGISTRY[key].leave(rank)
+    service(key).leave(rank)
 
 
 def _rpc_report(key: str) -> dict:
-    return _REGISTRY[key].report()
+    return service(key).report()
 
 
-def server_report(sync: "Synchronizer") -> dict:
-    """The parameter server's counters (clocks, pushes applied, waiting pulls), from any rank."""
-    engine = sync.engine
+def server_report(sync: Any) -> dict:
+    """The parameter server's counters (clocks, pushes applied, waiting pulls), from any rank
+    (``sync``: a Synchronizer running EASGD/ASGD, or its engine)."""
+    engine = getattr(sync, "engine", sync)
     if engine.server is not None:
         return engine.server.report()
     return rpc.rpc_sync(rpc_name(engine.server_rank), _rpc_report, args=(engine.session.key,),
@@ -184,14 +114,12 @@ class ParameterServer:
             if self.rule == "easgd":
                 reply = [self.centres[i].clone() for i in comp_ids]
             for i, t in zip(comp_ids, payload):
-                if self.reject_nonfinite and not health.all_finite(t):
+                centre = self.centres[i]
+                if not server_push(self.rule, centre, t.to(centre.device), self.alpha, self.server_lr,
+                                   self.reject_nonfinite):
                     self.rejected += 1  # the centre stays finite; the worker resets from the reply
                     warnings.warn(f"gossip_accel: the server rejected a non-finite (NaN/inf) push of component "
                                   f"{self.names[i]!r} from rank {rank}", RuntimeWarning, stacklevel=2)
-                elif self.rule == "asgd":
-                    asgd_server_update(self.centres[i], t.to(self.centres[i].device), self.server_lr)
-                else:  # eq. 9, second line: w~ <- w~ + alpha (w^i - w~) with the worker's w^i as sent
-                    elastic_worker_update(self.centres[i], t.to(self.centres[i].device), self.alpha)
             self.version += 1
             self.applied[rank] += 1
             self.staleness.add(k)
@@ -264,73 +192,78 @@ class ParameterServer:
                 self.centres[int(i)].copy_(c)
 
 
-def relative_distance(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """||x - ref|| / ||ref|| (worker divergence)."""
-    return float(torch.linalg.vector_norm(x - ref)) / (float(torch.linalg.vector_norm(ref)) + 1e-12)
+class ServerEngine(Engine):
+    """EASGD / ASGD for one worker (registry family ``server``), plus the server role when this worker
+    is ``sync.server_rank``. Three ways to run (module docstring): ``collective`` (synchronous EASGD,
+    eq. 8), ``rpc`` (asynchronous) or lock-step (the asynchronous rules in rank order)."""
 
-
-class ServerEngine:
-    """EASGD / ASGD for one worker of a :class:`~gossip_accel.sync.Synchronizer`, plus the
-    server role when this worker is ``sync.server_rank``."""
-
-    def __init__(self, sync: "Synchronizer", process_group: Optional[dist.ProcessGroup] = None):
-        cfg = sync.cfg
-        self.sync, self.cfg, self.comm, self.group = sync, cfg, sync.comm, process_group
-        self.rank, self.n = sync.rank, sync.world_size
+    def __init__(self, ctx: EngineContext):
+        super().__init__(ctx)
+        cfg = ctx.cfg
+        self.cfg, self.comm, self.group = cfg, ctx.comm, ctx.group
+        self.rank, self.n = ctx.rank, ctx.world_size
         self.server_rank = cfg.server_rank
         self.is_server = self.rank == self.server_rank
         self.alpha = cfg.resolved_alpha(self.n)
-        self.rule = "asgd" if cfg.algorithm == "asgd" else "easgd"
-        self.mode = "sync" if cfg.algorithm == "easgd" else ("rpc" if cfg.uses_rpc else "lockstep")
-        comps = sync.components
-        on_cpu = self.mode == "rpc"
+        self.rule = cfg.spec.rule  # easgd | asgd (algorithms/)
+        self.collective = not cfg.spec.asynchronous  # eq. 8: a broadcast and a reduce per round
+        self.rpc = cfg.uses_rpc
+        self.syncs_buffers_in_step = not self.rpc
+        comps = ctx.components
         # the centre variable / global model, held by the server only (001, section 2)
         self.centres: dict[int, torch.Tensor] = {}
         if self.is_server:
             for c in comps:
                 self.centres[c.index] = c.gather().detach().to(
-                    device="cpu" if on_cpu else c.flat.device, dtype=torch.float32, copy=True)
+                    device="cpu" if self.rpc else c.flat.device, dtype=torch.float32, copy=True)
         # ASGD: the model this worker last pulled (Delta = w - pulled is what it pushes)
         self.pulled = {c.index: c.gather().clone() for c in comps} if self.rule == "asgd" else {}
         self.buf = {c.index: torch.empty_like(c.flat) for c in comps}
-        self.scratch = {c.index: torch.empty_like(c.flat) for c in comps} if self.mode != "rpc" else {}
+        self.scratch = {c.index: torch.empty_like(c.flat) for c in comps} if not self.rpc else {}
         self.gather_lists: dict[int, list[torch.Tensor]] = {}
         self.reply_lists: dict[int, list[torch.Tensor]] = {}
-        if self.is_server and self.mode == "lockstep":
+        lockstep = not (self.collective or self.rpc)
+        if self.is_server and lockstep:
             for c in comps:
                 self.gather_lists[c.index] = [torch.empty_like(c.flat) for _ in range(self.n)]
                 self.reply_lists[c.index] = [torch.empty_like(c.flat) for _ in range(self.n)]
         self.server: Optional[ParameterServer] = None
-        if self.is_server and self.mode != "sync":
+        if self.is_server and not self.collective:
             self.server = ParameterServer(
                 self.rule, self.centres, {c.index: c.name for c in comps}, self.n, self.alpha, cfg.server_lr,
-                cfg.max_staleness if self.mode == "rpc" else None,
-                self.comm.stats if self.mode == "rpc" else None,  # lock-step traffic is counted by the collectives
+                cfg.max_staleness if self.rpc else None,
+                self.comm.stats if self.rpc else None,  # lock-step traffic is counted by the collectives
                 self.server_rank, reject_nonfinite=cfg.nonfinite != "ignore")
         self.stats = StalenessStats()  # this worker's pushes
         self.pushes = 0
         self.session: Optional[RpcSession] = None
-        if self.mode == "rpc":
-            self.session = RpcSession(process_group, self.rank, self.n, cfg.rpc_timeout, cfg.rpc_init_method,
-                                      self.server)
+        if self.rpc:
+            self.session = RpcSession(ctx.group, self.rank, self.n, cfg.rpc_timeout, cfg.rpc_init_method, self.server)
 
     # -- one sync ------------------------------------------------------------------------
-    def step(self, due: list) -> None:
-        comps = [c for c, _ in due]
-        if self.mode == "sync":
-            self._easgd_sync(comps)
-        elif self.mode == "lockstep":
-            self._lockstep(comps)
-        else:
-            self._rpc(comps)
-        self.pushes += 1
+    def step(self, t: int, due: Due, buffers_due: bool) -> None:
+        if due:
+            comps = [c for c, _ in due]
+            if self.collective:
+                self._easgd_sync(comps)
+            elif self.rpc:
+                self._rpc(comps)
+            else:
+                self._lockstep(comps)
+            self.pushes += 1
+        if buffers_due:
+            self.ctx.sync_buffers()
 
-    def _easgd_sync(self, comps: list["Component"]) -> None:
+    def _divergence(self, c: Component, x: torch.Tensor, ref: torch.Tensor) -> None:
+        if self.cfg.track_divergence:
+            self.ctx.metrics.divergence[c.name] = relative_distance([x], ref)
+
+    def _easgd_sync(self, comps: list[Component]) -> None:
         """Eq. 8: broadcast w~_t, reduce sum_i w^i_t to the server, both sides update from time-t values.
 
         With sync.nonfinite a worker whose w^i is NaN/inf (one flag all-reduce per round, health.py)
         sends zeros, the sum and n run over the healthy workers, and it restarts from w~_t."""
-        verdict = self.sync._verdict(comps)  # gathers them
+        verdict = self.ctx.verdict(comps)  # gathers them
         for j, c in enumerate(comps):
             x = c.flat
             centre_t = self.centres[c.index] if self.is_server else self.buf[c.index]
@@ -338,43 +271,29 @@ class ServerEngine:
             sick = verdict is not None and verdict.sick[self.rank][j]
             s = self.scratch[c.index].zero_() if sick else self.scratch[c.index].copy_(x)
             self.comm.reduce_sum(c.name, s, dst=self.server_rank)
-            if self.cfg.track_divergence:
-                self.sync.divergence[c.name] = relative_distance(x, centre_t)
-            if sick:
-                x.copy_(centre_t)
-                self.sync._record_reset(c, "the server's centre variable")
-            else:
-                elastic_worker_update(x, centre_t, self.alpha)  # before the centre moves: w~_t on the server too
+            self._divergence(c, x, centre_t)
+            source = easgd_sync_worker(x, centre_t, self.alpha, sick)  # before the centre moves: w~_t on the server too
+            if source is not None:
+                self.ctx.record_reset(c, source)
             if self.is_server:
                 n = verdict.healthy(j) if verdict is not None else self.n
                 elastic_center_update_sync(self.centres[c.index], s, n, self.alpha)
             c.scatter(x)
 
-    def _payload(self, c: "Component", x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _payload(self, c: Component, x: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.rule == "asgd":
             return asgd_delta(x, self.pulled[c.index], out=out)
         return x if out is None else out.copy_(x)
 
-    def _apply_reply(self, c: "Component", x: torch.Tensor, reply: torch.Tensor) -> None:
-        if self.cfg.track_divergence:
-            self.sync.divergence[c.name] = relative_distance(x, reply)
-        if self.cfg.nonfinite != "ignore" and not health.all_finite(x):  # diverged: restart from the global model
-            outcome = "reset" if health.all_finite(reply) else "lost"
-            self.sync._record_reset(c, health.single_source_decision(
-                self.cfg.nonfinite, self.rank, self.sync.t, c.name, outcome, "the server's global model"))
-            x.copy_(reply)
-            if self.rule == "asgd":
-                self.pulled[c.index].copy_(reply)
-            c.scatter(x)
-            return
-        if self.rule == "asgd":
-            x.copy_(reply)
-            self.pulled[c.index].copy_(reply)
-        else:
-            elastic_worker_update(x, reply, self.alpha)  # eq. 9, first line, with the old centre
+    def _apply_reply(self, c: Component, x: torch.Tensor, reply: torch.Tensor) -> None:
+        self._divergence(c, x, reply)
+        source = server_reply(self.rule, self.cfg.nonfinite, self.rank, self.ctx.t, c.name, x, reply, self.alpha,
+                              self.pulled.get(c.index))
+        if source is not None:
+            self.ctx.record_reset(c, source)
         c.scatter(x)
 
-    def _lockstep(self, comps: list["Component"]) -> None:
+    def _lockstep(self, comps: list[Component]) -> None:
         """Every worker pushes; the server applies the pushes in rank order and scatters the replies."""
         xs = [c.gather() for c in comps]
         for c, x in zip(comps, xs):
@@ -396,7 +315,7 @@ class ServerEngine:
         return rpc.rpc_sync(rpc_name(self.server_rank), _rpc_push, args=(self.session.key, ids, payload, self.rank,
                                                                           leave), timeout=self.cfg.rpc_timeout)
 
-    def _rpc(self, comps: list["Component"]) -> None:
+    def _rpc(self, comps: list[Component]) -> None:
         """One RPC: push the model (EASGD) or the update (ASGD) of the due components, pull the reply."""
         xs = [c.gather() for c in comps]
         payload = [self._payload(c, x).detach().to("cpu", copy=True) for c, x in zip(comps, xs)]
@@ -414,8 +333,8 @@ class ServerEngine:
     # -- the end -------------------------------------------------------------------------
     def finalize(self) -> None:
         """Last ASGD push (no update lost), leave, close RPC, then every worker <- the server's model."""
-        comps = self.sync.components
-        if self.mode == "rpc":
+        comps = self.ctx.components
+        if self.rpc:
             if self.rule == "asgd":
                 payload = [self._payload(c, c.gather()).detach().to("cpu", copy=True) for c in comps]
                 self._call([c.index for c in comps], payload, leave=True)
@@ -428,7 +347,7 @@ class ServerEngine:
                 rpc.rpc_sync(rpc_name(self.server_rank), _rpc_leave, args=(self.session.key, self.rank),
                              timeout=self.cfg.rpc_timeout)
             self.session.shutdown(graceful=True)  # returns when no RPC is outstanding anywhere
-        elif self.mode == "lockstep" and self.rule == "asgd":
+        elif not self.collective and self.rule == "asgd":
             for c in comps:  # the local steps since the last pull (steps not a multiple of H_i)
                 x = c.gather()
                 self.comm.gather(c.name, self._payload(c, x, out=self.scratch[c.index]), self.gather_lists.get(c.index),
@@ -474,13 +393,13 @@ class ServerEngine:
                 "server": self.server.report() if self.server is not None else None}
 
     def state_dict(self) -> dict:
-        if self.mode == "rpc":  # a consistent cut: every push of this step has reached the server ...
+        if self.rpc:  # a consistent cut: every push of this step has reached the server ...
             dist.barrier(group=self.group)
         state = {"pulled": {i: t.detach().cpu().clone() for i, t in self.pulled.items()},
                  "centres": {i: t.detach().cpu().clone() for i, t in self.centres.items()},
                  "server": self.server.state_dict() if self.server is not None else None,
                  "stats": self.stats.state_dict(), "pushes": self.pushes}
-        if self.mode == "rpc":  # ... and none of the next step has, until the server is saved
+        if self.rpc:  # ... and none of the next step has, until the server is saved
             dist.barrier(group=self.group)
         return state
 
@@ -494,5 +413,5 @@ class ServerEngine:
                 self.centres[int(i)].copy_(t)
         self.stats.load_state_dict(state.get("stats", {}))
         self.pushes = int(state.get("pushes", 0))
-        if self.mode == "rpc":  # nobody may push before the server is restored: collective here
+        if self.rpc:  # nobody may push before the server is restored: collective here
             dist.barrier(group=self.group)

@@ -3,8 +3,8 @@
 Policy ``sync.nonfinite`` (config.py): ``reset`` (default), ``raise`` or ``ignore`` (no check:
 a NaN on one worker spreads through the averages, the behaviour before this existed).
 
-The pure pieces shared by the :class:`~gossip_accel.sync.Synchronizer` and the oracle
-(:class:`~gossip_accel.simulate.SimulatedCluster`), so both apply the same policy:
+The pure pieces shared by the :class:`~gossip_accel.sync.synchronizer.Synchronizer` and the oracle
+(:class:`~gossip_accel.sync.simulate.SimulatedCluster`), so both apply the same policy:
 
 * :func:`replica_sick`: is this worker's copy of a component (theta_i^k, or its BMUF slots
   omega/Delta) non-finite?
@@ -26,7 +26,7 @@ theta_bar), so it applies the ordinary update (lines 10-13) and stays consistent
 others; only if its own slots are non-finite does it restart them. On the ring the slots are
 the rank's own history: a sick rank restarts them from the neighbour average, omega <- theta_bar,
 Delta <- 0 (Algorithm 1 line 1 with theta_0 = theta_bar; the ``warmup_end`` rule of
-:func:`~gossip_accel.algorithms.new_local_model`), so its new local model is theta_bar itself.
+:func:`~gossip_accel.sync.algorithms.new_local_model`), so its new local model is theta_bar itself.
 A sick ring rank none of whose received copies is finite raises :class:`NonFiniteError` (it
 would otherwise train on NaN weights while its neighbours silently drop it).
 
@@ -248,7 +248,7 @@ def _param_tensors(model: torch.nn.Module, names: Iterable[str]) -> list[torch.T
 def clear_optimizer_state(optimizer, model: torch.nn.Module, names: Iterable[str]) -> int:
     """Forget the optimizer state (momentum, Adam moments, step count) of the named parameters of
     ``model``: after a reset it may be NaN and would make the weights NaN again at the next step.
-    Wrappers (Accelerate's ``AcceleratedOptimizer``, :class:`~gossip_accel.sync.SyncedOptimizer`)
+    Wrappers (Accelerate's ``AcceleratedOptimizer``, :class:`~gossip_accel.sync.synchronizer.SyncedOptimizer`)
     are unwrapped through ``.optimizer``. A row-sharded component clears its whole parameters.
     Returns how many parameters had state."""
     while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):

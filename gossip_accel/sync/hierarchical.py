@@ -22,7 +22,7 @@ j g .. j g + g - 1; a rank's *local rank* is ``rank mod g``.
   (or broadcast from rank 0) inside the group and then between groups, which for equal groups
   is the average over all W ranks.
 
-The oracle is :class:`gossip_accel.simulate.HierarchicalCluster` (tests/test_hierarchical.py).
+The oracle is :class:`gossip_accel.sync.simulate.HierarchicalCluster` (tests/test_hierarchical.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import torch.distributed as dist
 from .comm import Communicator, ring_allreduce_bytes
 from .components import Component
 from .config import ConfigError, SyncConfig, load_sync_config
-from .sync import Synchronizer, broadcast_components
+from .synchronizer import Synchronizer, broadcast_components
 from .topology import TopologyError
 
 STATE_KEY = "hierarchy"
@@ -226,10 +226,9 @@ class HierarchicalSynchronizer(Synchronizer):
             broadcast_components(self.intra_comm, self._all_components())
         super()._broadcast_initial()
 
-    def _sync_buffers(self, verdict: Any = None) -> None:
-        """Buffers: the group's mean (or local rank 0's), then the flat policy between groups."""
-        share_buffers_in_group(self.intra_comm, self.buffers, self.cfg.buffers)
-        super()._sync_buffers(verdict)
+    def _before_buffers(self, buffers: Component) -> None:
+        """Buffers: the group's mean (or local rank 0's) first, then the flat policy between groups."""
+        share_buffers_in_group(self.intra_comm, buffers, self.cfg.buffers)
 
     def finalize(self) -> None:
         """Line 20 between groups (the ranks of a group hold the same model): the mean of all W ranks."""

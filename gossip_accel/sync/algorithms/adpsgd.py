@@ -2,7 +2,7 @@
 the model of Lian et al. 2018, "Asynchronous Decentralized Parallel SGD").
 
 Workers form a ring; in every round each worker averages its model with one neighbour
-(:class:`~gossip_accel.topology.PairTopology`: the pairs of a round are a perfect matching,
+(:class:`~gossip_accel.sync.topology.PairTopology`: the pairs of a round are a perfect matching,
 so the mixing matrix W_r has 1/2 on each pair and is doubly stochastic). With X_r the
 matrix of the n local models and g the local optimizer steps:
 

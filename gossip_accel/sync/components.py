@@ -3,7 +3,7 @@
 Section 2.2 of 000_07fa007f7f1023ae.txt: theta = [theta_1^T, ..., theta_m^T]^T, each
 component synchronized with its own period and its own random neighbours. Section 3.2
 splits the embedding into 8 row shards, the LSTM, the projection, the softmax head and each
-softmax tail into their own groups; :class:`~gossip_accel.config.ComponentRule` expresses that.
+softmax tail into their own groups; :class:`~gossip_accel.sync.config.ComponentRule` expresses that.
 
 A component is a list of tensor views (whole parameters or row slices of them) plus a flat
 work buffer it is gathered into for communication, so every sync moves one contiguous

@@ -151,7 +151,7 @@ class Communicator:
 
         A reduce-scatter (``all_to_all_single``: rank j receives chunk j of every rank, in the wire
         dtype) whose chunk owner sums the n copies in fp32 in rank order
-        (:func:`~gossip_accel.precision.wire_sum_mean`), then an all-gather of the rounded means.
+        (:func:`~gossip_accel.sync.precision.wire_sum_mean`), then an all-gather of the rounded means.
         Two roundings per element, none of them inside the sum (a bf16 ``all_reduce`` would round
         every partial sum, in an order that depends on gloo's algorithm), and the same bytes as a
         ring all-reduce of the wire dtype: 2 (n-1) chunks sent and received per rank, chunk =

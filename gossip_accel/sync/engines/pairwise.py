@@ -1,6 +1,6 @@
 """ADPSGD (Cui et al. 2021, 002/004): every sync, each worker averages with one ring neighbour.
 
-The pairs of a round come from :class:`~gossip_accel.topology.PairTopology` (``fixed``:
+The pairs of a round come from :class:`~gossip_accel.sync.topology.PairTopology` (``fixed``:
 alternate right/left neighbour; ``random``: a seeded random matching of actives and
 passives). Round r is the worker's r-th synchronization step. Two ways to run:
 
@@ -8,7 +8,7 @@ passives). Round r is the worker's r-th synchronization step. Two ways to run:
   one RPC and averages with the reply; the *passive* partner (odd rank) answers from its RPC
   threads, without involving its training thread, with the model it published at its last
   sync, and adds its half of the average, (x_active - x_published)/2, to its live model at
-  its next sync (:func:`~gossip_accel.algorithms.adpsgd.passive_absorb`). Nobody waits for a
+  its next sync (:func:`~gossip_accel.sync.algorithms.adpsgd.passive_absorb`). Nobody waits for a
   slow worker: an active only waits for the round trip, the passive never waits. This is the
   straggler resilience of ADPSGD. ``adpsgd_delay`` sends the request without waiting for the
   reply and applies it at the next sync (delay-by-one: the exchange overlaps the next local
@@ -26,24 +26,23 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from . import health
-from .algorithms import passive_absorb
-from .comm import CommStats, Exchange, PendingExchange
-from .param_server import _REGISTRY, RpcSession, relative_distance, rpc_name
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .components import Component
-    from .sync import Synchronizer
+from .. import health
+from ..algorithms import passive_absorb
+from ..comm import CommStats, Exchange, PendingExchange
+from ..components import Component
+from ..worker import pair_merge, relative_distance
+from .base import Due, Engine, EngineContext
+from .rpc import RpcSession, rpc_name, service
 
 
 def _rpc_average(key: str, comp_ids: list[int], xs: list[torch.Tensor], sender: int, round_: int):
-    return _REGISTRY[key].average(comp_ids, xs, sender, round_)
+    return service(key).average(comp_ids, xs, sender, round_)
 
 
 class PassiveService:
@@ -53,7 +52,7 @@ class PassiveService:
     corrections received since, added to the live model at the next sync.
     """
 
-    def __init__(self, comps: list["Component"], stats: Optional[CommStats]):
+    def __init__(self, comps: list[Component], stats: Optional[CommStats]):
         self.lock = threading.Lock()
         self.published = {c.index: c.gather().detach().to("cpu", dtype=torch.float32, copy=True) for c in comps}
         self.pending = {i: torch.zeros_like(t) for i, t in self.published.items()}
@@ -81,7 +80,7 @@ class PassiveService:
                 self.stats.add(self.names[i], x.numel() * x.element_size(), x.numel() * x.element_size(), 0.0)
         return replies, {"step": step}
 
-    def absorb(self, comps: list["Component"], step: int) -> list[tuple["Component", int]]:
+    def absorb(self, comps: list[Component], step: int) -> list[tuple[Component, int]]:
         """At a sync of the training thread: live model += pending, then publish it. A non-finite live
         model is reset to the last finite model an active sent (returned: (component, its rank))."""
         resets = []
@@ -103,20 +102,21 @@ class PassiveService:
         return resets
 
 
-class PairwiseEngine:
-    """ADPSGD for one worker of a :class:`~gossip_accel.sync.Synchronizer`."""
+class PairwiseEngine(Engine):
+    """ADPSGD for one worker (registry family ``pairwise``): lock-step point-to-point, or RPC."""
 
-    def __init__(self, sync: "Synchronizer", process_group: Optional[dist.ProcessGroup] = None):
-        cfg = sync.cfg
-        self.sync, self.cfg, self.comm, self.topology = sync, cfg, sync.comm, sync.topology
-        self.group = process_group
-        self.rank, self.n = sync.rank, sync.world_size
-        self.delay = cfg.algorithm == "adpsgd_delay"
-        self.mode = "rpc" if cfg.uses_rpc else "lockstep"
+    def __init__(self, ctx: EngineContext):
+        super().__init__(ctx)
+        cfg = ctx.cfg
+        self.cfg, self.comm, self.topology, self.group = cfg, ctx.comm, ctx.topology, ctx.group
+        self.rank, self.n = ctx.rank, ctx.world_size
+        self.delay = cfg.spec.delayed
+        self.rpc = cfg.uses_rpc
+        self.syncs_buffers_in_step = not self.rpc
         self.round = 0
-        comps = sync.components
-        self.recv = {c.index: torch.empty_like(c.flat) for c in comps} if self.mode == "lockstep" else {}
-        self.sent = {c.index: torch.empty_like(c.flat) for c in comps} if self.delay and self.mode == "lockstep" else {}
+        comps = ctx.components
+        self.recv = {c.index: torch.empty_like(c.flat) for c in comps} if not self.rpc else {}
+        self.sent = {c.index: torch.empty_like(c.flat) for c in comps} if self.delay and not self.rpc else {}
         self.pending = None  # the exchange of the previous round (delay-by-one)
         self.active = self.topology.is_active(self.rank)
         self.requests = 0
@@ -124,43 +124,44 @@ class PairwiseEngine:
         self.lag_max = 0
         self.service: Optional[PassiveService] = None
         self.session: Optional[RpcSession] = None
-        if self.mode == "rpc":
+        if self.rpc:
             if not self.active:
-                self.service = PassiveService(comps, sync.comm.stats)
-            self.session = RpcSession(process_group, self.rank, self.n, cfg.rpc_timeout, cfg.rpc_init_method,
+                self.service = PassiveService(comps, ctx.comm.stats)
+            self.session = RpcSession(ctx.group, self.rank, self.n, cfg.rpc_timeout, cfg.rpc_init_method,
                                       self.service)
 
     # -- one sync ------------------------------------------------------------------------
-    def step(self, due: list) -> None:
-        self.round += 1
-        comps = [c for c, _ in due]
-        if self.mode == "lockstep":
-            self._lockstep(comps)
-        elif self.active:
-            self._active(comps)
-        else:
-            self._absorb()
+    def step(self, t: int, due: Due, buffers_due: bool) -> None:
+        if due:
+            self.round += 1
+            comps = [c for c, _ in due]
+            if not self.rpc:
+                self._lockstep(comps)
+            elif self.active:
+                self._active(comps)
+            else:
+                self._absorb()
+        if buffers_due:
+            self.ctx.sync_buffers()
 
     def _absorb(self) -> None:
-        for c, sender in self.service.absorb(self.sync.components, self.sync.t):
-            self.sync._record_reset(c, f"the model of its partner rank {sender}")
+        for c, sender in self.service.absorb(self.ctx.components, self.ctx.t):
+            self.ctx.record_reset(c, f"the model of its partner rank {sender}")
 
-    def _pair(self, c: "Component", x: torch.Tensor, other: torch.Tensor, partner: str,
+    def _pair(self, c: Component, x: torch.Tensor, other: torch.Tensor, partner: str,
               sent: Optional[torch.Tensor] = None) -> None:
-        """x <- the pairwise average (delay-by-one: with ``sent``) and write it; with sync.nonfinite a
-        non-finite partner copy is dropped and a non-finite own model is reset to it (health.py)."""
-        outcome = health.pair_update_(x, other, sent, check=self.cfg.nonfinite != "ignore")
-        self.sync.nonfinite_dropped += outcome == "dropped"
-        source = health.single_source_decision(self.cfg.nonfinite, self.rank, self.sync.t, c.name, outcome, partner)
+        """x <- the pairwise average (delay-by-one: with ``sent``) and write it (worker.pair_merge)."""
+        dropped, source = pair_merge(self.cfg.nonfinite, self.rank, self.ctx.t, c.name, x, other, partner, sent)
+        self.ctx.metrics.nonfinite_dropped += dropped
         if source is not None:
-            self.sync._record_reset(c, source)
+            self.ctx.record_reset(c, source)
         c.scatter(x)
 
-    def _divergence(self, c: "Component", x: torch.Tensor, other: torch.Tensor) -> None:
+    def _divergence(self, c: Component, x: torch.Tensor, other: torch.Tensor) -> None:
         if self.cfg.track_divergence:
-            self.sync.divergence[c.name] = relative_distance(x, (x + other) * 0.5)
+            self.ctx.metrics.divergence[c.name] = relative_distance([x], (x + other) * 0.5)
 
-    def _lockstep(self, comps: list["Component"]) -> None:
+    def _lockstep(self, comps: list[Component]) -> None:
         if self.delay:
             self._resolve_lockstep()
         j = self.topology.partner(self.rank, self.round)
@@ -186,7 +187,7 @@ class PairwiseEngine:
             self._pair(c, x, self.recv[c.index], "its partner's model of the previous round", self.sent[c.index])
         self.pending = None
 
-    def _active(self, comps: list["Component"]) -> None:
+    def _active(self, comps: list[Component]) -> None:
         if self.delay:
             self._resolve_rpc()
         j = self.topology.partner(self.rank, self.round)
@@ -230,14 +231,14 @@ class PairwiseEngine:
         total = sum(x.numel() for x in xs) or 1
         for c, x in zip(comps, xs):
             stats.add(c.name, 0, 0, seconds * x.numel() / total, call=False)
-        lag = abs(self.sync.t - int(info.get("step", 0)))
+        lag = abs(self.ctx.t - int(info.get("step", 0)))
         self.lag_total += lag
         self.lag_max = max(self.lag_max, lag)
 
     # -- the end -------------------------------------------------------------------------
     def finalize(self) -> None:
         """Apply what is pending, stop RPC (waits for all outstanding calls), average all replicas."""
-        if self.mode == "lockstep":
+        if not self.rpc:
             self._resolve_lockstep()
         else:
             if self.active:
@@ -245,7 +246,7 @@ class PairwiseEngine:
             self.session.shutdown(graceful=True)
             if self.service is not None:
                 self._absorb()
-        self.sync._average_all_components()
+        self.ctx.average_all()
 
     def close(self) -> None:
         if self.session is not None:
@@ -254,7 +255,7 @@ class PairwiseEngine:
     # -- metrics and state ---------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         out = {"sync/adpsgd/round": float(self.round)}
-        if self.mode == "rpc" and self.active:
+        if self.rpc and self.active:
             out["sync/adpsgd/requests"] = float(self.requests)
             if self.requests:
                 out["sync/adpsgd/partner_step_lag_mean"] = self.lag_total / self.requests
@@ -279,12 +280,12 @@ class PairwiseEngine:
         then all ranks meet, then the passives save their pending corrections.
         """
         state: dict = {"round": self.round, "requests": self.requests}
-        if self.mode == "lockstep" and self.pending is not None:
+        if not self.rpc and self.pending is not None:
             handle, comps = self.pending
             self.comm.exchange_finish(handle)  # idempotent: the resolve later does not wait again
             state["pending"] = {c.index: {"sent": self.sent[c.index].cpu().clone(),
                                           "recv": self.recv[c.index].cpu().clone()} for c in comps}
-        if self.mode == "rpc":
+        if self.rpc:
             if self.pending is not None:
                 fut, comps, xs, stats = self.pending
                 replies, _ = fut.wait()
@@ -294,7 +295,7 @@ class PairwiseEngine:
         if self.service is not None:
             with self.service.lock:
                 state["pending_corrections"] = {i: t.clone() for i, t in self.service.pending.items()}
-        if self.mode == "rpc":  # no request of the next round before every passive is saved
+        if self.rpc:  # no request of the next round before every passive is saved
             dist.barrier(group=self.group)
         return state
 
@@ -302,22 +303,22 @@ class PairwiseEngine:
         self.round = int(state.get("round", 0))
         self.requests = int(state.get("requests", 0))
         pending = {int(i): v for i, v in (state.get("pending") or {}).items()}
-        comps = [c for c in self.sync.components if c.index in pending]
-        if pending and self.mode == "lockstep":
+        comps = [c for c in self.ctx.components if c.index in pending]
+        if pending and not self.rpc:
             for c in comps:
                 self.sent[c.index].copy_(pending[c.index]["sent"])
                 self.recv[c.index].copy_(pending[c.index]["recv"])
             self.pending = (PendingExchange([], [], done=True), comps)
         elif pending:  # RPC: a future that is already resolved
             fut: torch.futures.Future = torch.futures.Future()
-            fut.set_result(([pending[c.index]["recv"] for c in comps], {"step": self.sync.t}))
+            fut.set_result(([pending[c.index]["recv"] for c in comps], {"step": self.ctx.t}))
             self.pending = (fut, comps, [pending[c.index]["sent"] for c in comps], self.comm.stats)
         if self.service is not None:
             with self.service.lock:
                 for i, t in state.get("pending_corrections", {}).items():
                     self.service.pending[int(i)].zero_().add_(t)
                     self.service.dirty.add(int(i))
-                for c in self.sync.components:  # publish the restored model, not the one at construction
+                for c in self.ctx.components:  # publish the restored model, not the one at construction
                     self.service.published[c.index].copy_(c.gather())
-        if self.mode == "rpc":  # no request before every passive has published: collective here
+        if self.rpc:  # no request before every passive has published: collective here
             dist.barrier(group=self.group)

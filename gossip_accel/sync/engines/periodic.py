@@ -1,0 +1,96 @@
+"""Algorithm 1 of 000_07fa007f7f1023ae.txt for one worker: MA, BMUF, local-MA/BMUF, gossip-MA/BMUF
+(registry family ``periodic``).
+
+Every component that is due is averaged (line 8): over all workers with one (masked) all-reduce
+on the full graph and for the warm-up averages, or with the node's q ring neighbours (Definition 1)
+in one batched exchange for the local/gossip variants; then the update rule of ``sync.algorithm``
+(:func:`~gossip_accel.sync.algorithms.new_local_model`: lines 9-16) writes the new local model.
+One flag all-reduce per step covers the full-graph components and the buffers (health.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import health
+from ..algorithms import new_local_model
+from ..comm import Exchange
+from ..components import Component
+from ..precision import is_low
+from ..topology import RingTopology
+from ..worker import neighbour_mean, relative_distance
+from .base import Due, Engine, EngineContext
+
+
+class PeriodicEngine(Engine):
+    """Owns the receive buffers of the ring, the wire-dtype send copies and the staging buffers of
+    CPU-held BMUF slots; the slots themselves are the context's (``ctx.slots``)."""
+
+    def __init__(self, ctx: EngineContext):
+        super().__init__(ctx)
+        self.gossip = isinstance(ctx.topology, RingTopology)
+        self.staging: dict[str, torch.Tensor] = {}  # slots on another device than the component
+        self.recv: dict[str, list[torch.Tensor]] = {}
+        self.send: dict[str, torch.Tensor] = {}  # ring: the wire-dtype copy a node sends
+        for comp in ctx.carried():
+            slots = ctx.slots.get(comp.name)
+            if slots is not None and slots.omega.device != comp.flat.device:
+                self.staging[comp.name] = torch.empty_like(slots.omega)
+            if self.gossip:
+                self.recv[comp.name] = [torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
+                                        for _ in range(ctx.topology.q)]
+                if is_low(ctx.wire_dtype):
+                    self.send[comp.name] = torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
+
+    def step(self, t: int, due: Due, buffers_due: bool) -> None:
+        """Lines 6-17 for the due components this rank carries, then the buffers."""
+        ctx = self.ctx
+        shared = [c for c, _ in due]
+        due = [(c, e) for c, e in due if ctx.carries(c)]
+        ring = [(c, e) for c, e in due if self.gossip and e.kind == "sync"]
+        full = [(c, e) for c, e in due if not (self.gossip and e.kind == "sync")]
+        verdict = ctx.verdict([c for c, _ in full] + ([ctx.buffers] if buffers_due else []))
+        for j, (comp, ev) in enumerate(full):  # verdict() gathered them
+            self._apply(comp, ctx.masked_allreduce(comp, ev.kind, verdict, j))
+        if ring:
+            self._gossip_round(ring)
+        ctx.share(shared)
+        if buffers_due:
+            ctx.sync_buffers(verdict)
+
+    def finalize(self) -> None:
+        self.ctx.average_all()
+
+    def _gossip_round(self, due: Due) -> None:
+        """Algorithm 1 lines 7-8 for all due components in one batched exchange."""
+        ctx = self.ctx
+        items = []
+        for comp, ev in due:
+            plan = ctx.topology.plan(comp.index, ev.round)
+            comp.gather()
+            send = self.send[comp.name].copy_(comp.flat) if comp.name in self.send else comp.flat  # the wire
+            recv_from = plan.recv_from[ctx.rank]  # fewer than q where a pairing leaves this rank out
+            items.append(Exchange(comp.name, comp.index, send, plan.send_to[ctx.rank], recv_from,
+                                  self.recv[comp.name][:len(recv_from)]))
+        ctx.comm.exchange(items)
+        for (comp, ev), it in zip(due, items):
+            dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, comp.flat,
+                                             it.recv_buffers, it.recv_from,
+                                             health.slots_sick(ctx.slots.get(comp.name)))
+            ctx.metrics.nonfinite_dropped += dropped
+            if source is not None:
+                ctx.record_reset(comp, source)
+            self._apply(comp, ev.kind if source is None else "warmup_end")
+
+    def _apply(self, comp: Component, kind: str) -> None:
+        """comp.flat holds theta_bar: record divergence, apply the rule, write the parameters."""
+        ctx = self.ctx
+        if ctx.cfg.track_divergence:
+            ctx.metrics.divergence[comp.name] = relative_distance([p.view for p in comp.pieces], comp.flat)
+        bar = comp.flat
+        staging = self.staging.get(comp.name)
+        if staging is not None:
+            bar = staging.copy_(comp.flat)
+        new = new_local_model(kind, bar, ctx.slots.get(comp.name), ctx.block_momentum, ctx.cfg.block_lr,
+                              ctx.cfg.nesterov)
+        comp.scatter(new if new.device == comp.flat.device else comp.flat.copy_(new))
+

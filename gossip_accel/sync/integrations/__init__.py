@@ -1,0 +1,1 @@
+"""Glue to training frameworks: Accelerate (DDP, and its DeepSpeed plugin) and DeepSpeed engines."""

@@ -1,0 +1,123 @@
+"""Accelerate integration: switch off DDP's gradient all-reduce and synchronize models instead.
+
+Used like accelerate's ``LocalSGD``::
+
+    accelerator = Accelerator(cpu=True)          # or on GPUs: Accelerator()
+    model, opt, loader = accelerator.prepare(model, opt, loader)
+    with AccelerateSynchronizer(accelerator, model, "conf/sync.yaml") as sync:
+        for batch in loader:
+            with accelerator.accumulate(model):
+                loss = model(batch); accelerator.backward(loss); opt.step(); opt.zero_grad()
+            sync.step()                            # counts optimizer steps only
+    # leaving the block averaged all replicas (Algorithm 1, line 20)
+
+What it changes on the DDP wrapper: a no-op communication hook (gradients stay local; the
+Future returns the bucket untouched), and ``broadcast_buffers = False`` unless the buffer
+policy is ``broadcast`` (``forward_sync_buffers`` on torch >= 2.14) (DDP would otherwise overwrite every rank's BatchNorm statistics with
+rank 0's at every forward).
+
+A model prepared by Accelerate's DeepSpeed plugin (a ``DeepSpeedEngine``) gets a
+:class:`gossip_accel.sync.integrations.deepspeed.DeepSpeedSynchronizer` instead (docs/DEEPSPEED.md).
+"""
+
+import sys
+from typing import Any, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ..comm import Counter, ring_allreduce_bytes
+from ..hierarchical import HierarchicalSynchronizer
+from ..synchronizer import Synchronizer
+
+
+def noop_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook that communicates nothing: each replica keeps its own gradients."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def counting_allreduce_hook(state: Counter, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's own all-reduce-mean hook, plus a byte count (ring model) in ``state``.
+
+    Used to measure the DDP baseline with the same accounting as the synchronizer.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buf = bucket.buffer()
+    moved = ring_allreduce_bytes(buf.numel() * buf.element_size(), dist.get_world_size())
+    state.add(moved, moved, 0.0)
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def is_deepspeed_engine(model: Any) -> bool:
+    """A ``deepspeed.DeepSpeedEngine`` (checked without importing DeepSpeed when nobody did)."""
+    ds = sys.modules.get("deepspeed")
+    engine_cls = getattr(getattr(getattr(ds, "runtime", None), "engine", None), "DeepSpeedEngine", None)
+    return engine_cls is not None and isinstance(model, engine_cls)
+
+
+class AccelerateSynchronizer(Synchronizer):
+    """:class:`Synchronizer` for a model prepared by an ``accelerate.Accelerator``.
+
+    When Accelerate's DeepSpeed plugin prepared the model (a ``DeepSpeedEngine``), constructing
+    this class returns a :class:`gossip_accel.sync.integrations.deepspeed.DeepSpeedSynchronizer` on
+    that engine instead (same calls: ``step`` after ``opt.step()``, ``finalize``, ``state_dict``).
+    """
+
+    def __new__(cls, accelerator: Any, model: torch.nn.Module, config: Any = None,
+                overrides: Sequence[str] = (), process_group: Optional[dist.ProcessGroup] = None):
+        if is_deepspeed_engine(model):
+            from .deepspeed import DeepSpeedSynchronizer
+
+            sync = DeepSpeedSynchronizer(model, config, overrides, process_group)
+            sync.accelerator = accelerator
+            return sync  # not an AccelerateSynchronizer: Python does not run __init__ on it again
+        if cls is AccelerateSynchronizer and _hierarchical(config, overrides, process_group):
+            cls = AccelerateHierarchicalSynchronizer  # sync.hierarchy (a subclass: __init__ runs on it)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        accelerator: Any,
+        model: torch.nn.Module,
+        config: Any = None,
+        overrides: Sequence[str] = (),
+        process_group: Optional[dist.ProcessGroup] = None,
+    ):
+        self.accelerator = accelerator
+        super().__init__(accelerator.unwrap_model(model), config, overrides, process_group)
+        if isinstance(model, DistributedDataParallel) and self.cfg.enabled:
+            state, hook = self.ddp_comm_hook()
+            model.register_comm_hook(state=state, hook=hook)
+            if self.cfg.buffers != "broadcast":
+                # torch >= 2.14 reads forward_sync_buffers; older releases broadcast_buffers
+                for flag in ("forward_sync_buffers", "broadcast_buffers"):
+                    if hasattr(model, flag):
+                        setattr(model, flag, False)
+
+    def ddp_comm_hook(self) -> tuple[Any, Any]:
+        """(state, hook) registered on the DDP model: no gradient all-reduce at all."""
+        return None, noop_allreduce_hook
+
+    def step(self) -> None:
+        """Count an optimizer step only when Accelerate really stepped (gradient accumulation)."""
+        if getattr(self.accelerator, "sync_gradients", True):
+            super().step()
+
+
+def _hierarchical(config: Any, overrides: Sequence[str], process_group: Optional[dist.ProcessGroup]) -> bool:
+    from ..config import load_sync_config
+    from ..hierarchical import resolved_group_size
+
+    return process_group is None and resolved_group_size(load_sync_config(config, overrides)) > 1
+
+
+class AccelerateHierarchicalSynchronizer(AccelerateSynchronizer, HierarchicalSynchronizer):
+    """``sync.hierarchy`` under Accelerate (what :class:`AccelerateSynchronizer` builds when the
+    hierarchy resolves to groups of g > 1 ranks): DDP's gradient all-reduce runs inside the group
+    (torch's ``allreduce_hook`` on the group's process group), the components between groups."""
+
+    ddp_comm_hook = HierarchicalSynchronizer.ddp_comm_hook

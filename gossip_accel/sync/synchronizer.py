@@ -1,0 +1,347 @@
+"""The Synchronizer: periodic, per-component model synchronization (Algorithm 1).
+
+Use it after every optimizer step::
+
+    sync = Synchronizer(model, "conf/sync.yaml", overrides=["sync.period=8"])
+    with sync:                       # exit = final average over all workers (line 20)
+        for batch in loader:
+            loss = model(batch); loss.backward(); opt.step(); opt.zero_grad()
+            sync.step()              # lines 6-17 for every component that is due
+
+Each worker trains its own replica (no gradient all-reduce); every H_i steps component i is
+averaged over all workers (MA/BMUF) or over the node and q random ring neighbours
+(gossip/local, Definition 1), then the update rule of ``sync.algorithm`` is applied. Every
+family runs in its engine (:mod:`gossip_accel.sync.engines`: periodic, server for EASGD/ASGD,
+pairwise for ADPSGD; the registry says which), behind one interface and with a narrow
+:class:`~gossip_accel.sync.engines.base.EngineContext`; the asynchronous ones start a
+torch.distributed.rpc session and end it in ``finalize`` (or ``close`` after an error). For
+Accelerate's DDP-wrapped models use :class:`gossip_accel.sync.integrations.accelerate.AccelerateSynchronizer`,
+which also switches off DDP's gradient all-reduce. Groups of ranks that all-reduce gradients
+every step and synchronize between groups (``sync.hierarchy``) are the subclass
+:class:`gossip_accel.sync.hierarchical.HierarchicalSynchronizer`; ``sync.exchange_dtype`` puts the
+periodic syncs on a bf16/fp16 wire (:mod:`gossip_accel.sync.precision`).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+
+from .algorithms import BMUFSlots
+from .comm import CommStats, Communicator
+from .components import Component, split_buffers, split_components
+from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
+from .engines import EngineContext, engine_class
+from .precision import wire_dtype
+from .schedule import event_at
+from .topology import make_topology
+
+STATE_VERSION = 1
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside DDP / torch.compile wrappers (parameter names without ``module.``)."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            model = inner
+        else:
+            return model
+
+
+def broadcast_components(comm: Communicator, comps: Sequence[Component],
+                         src: Callable[[Component], int] = lambda comp: 0) -> None:
+    """Every rank of ``comm``'s group <- rank ``src(comp)``'s value of each of ``comps``."""
+    for comp in comps:
+        comp.gather()
+        comm.broadcast(comp.name, comp.flat, src=src(comp))
+        comp.scatter()
+
+
+class Synchronizer:
+    """Owns components, BMUF slots, the step counter and the engine of one worker.
+
+    Memory: BMUF keeps two fp32 slots (omega, Delta) of the model's size, on the parameters'
+    device or on the CPU with ``sync.slots_on_cpu``; gossip/local keep q receive buffers per
+    component (in the periodic engine); every component has one flat work buffer. All are
+    allocated at construction, once.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: Any = None,
+        overrides: Sequence[str] = (),
+        process_group: Optional[dist.ProcessGroup] = None,
+    ):
+        self.cfg: SyncConfig = load_sync_config(config, overrides)
+        self.model = unwrap_model(model)
+        self.components: list[Component] = split_components(
+            self.model.named_parameters(), self.cfg.components, self.cfg.period
+        )
+        self.buffers: Optional[Component] = None
+        if self.cfg.buffers != "local":
+            self.buffers = split_buffers(
+                self.model.named_buffers(), min(c.period for c in self.components)
+            )
+        self.finalized = False
+        distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size(process_group) if distributed else 1
+        self.rank = dist.get_rank(process_group) if distributed else 0
+        self.active = self.cfg.enabled and self.world_size > 1
+        if self.cfg.enabled and self.world_size == 1:
+            warnings.warn(
+                "gossip_accel: a single process (world size 1): nothing to synchronize, "
+                "training is plain local training",
+                stacklevel=2,
+            )
+        self.block_momentum = self.cfg.resolved_block_momentum(self.world_size)
+        self.wire_dtype = wire_dtype(self.cfg.exchange_dtype)  # sync.exchange_dtype (precision.py)
+        # what the engine sees: never this object (engines/base.py)
+        self.ctx = EngineContext(self.cfg, self.rank, self.world_size, None, process_group, None, self.components,
+                                 self.buffers, carries=self._carries, share=self._share,
+                                 before_buffers=self._before_buffers, wire_dtype=self.wire_dtype,
+                                 block_momentum=self.block_momentum)
+        self.slots: dict[str, BMUFSlots] = self.ctx.slots
+        self.engine = None  # the registry's engine of sync.algorithm (engines/)
+        if not self.active:
+            self.comm = None
+            self.topology = None
+            return
+
+        validate_for_world(self.cfg, self.world_size)
+        self.comm = self.ctx.comm = Communicator(process_group)
+        # the initial broadcast and the final average are one-offs, kept out of the per-step counters
+        self.oneoff_stats = CommStats()
+        n = self.world_size
+        self.topology = self.ctx.topology = make_topology(
+            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed, self.cfg.mixing
+        )
+        if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
+            self._broadcast_initial()
+        if self.cfg.uses_bmuf:
+            slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
+            for comp in self.ctx.carried():
+                self.slots[comp.name] = BMUFSlots.start_from(comp.gather(), slot_device)
+        self.engine = engine_class(self.cfg.spec.engine)(self.ctx)
+
+    # -- the training-loop API -------------------------------------------------------------
+    def step(self) -> None:
+        """Call once per optimizer step: synchronizes the components (and buffers) that are due."""
+        self.t += 1
+        if not self.active:
+            return
+        cfg = self.cfg
+        due = []
+        for comp in self.components:
+            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period)
+            if ev is not None:
+                due.append((comp, ev))
+        buffers_due = (self.buffers is not None and self.engine.syncs_buffers_in_step
+                       and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period) is not None)
+        self.engine.step(self.t, due, buffers_due)
+
+    def finalize(self) -> None:
+        """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal.
+
+        EASGD and ASGD end with the server's model (the centre variable, the global model)
+        instead; ADPSGD first applies what is pending. Asynchronous runs close RPC here.
+        """
+        if self.active and not self.finalized:
+            with self.comm.accounting(self.oneoff_stats):
+                self.engine.finalize()
+                if self.buffers is not None:
+                    self.ctx.sync_buffers()
+        self.finalized = True
+
+    def close(self) -> None:
+        """After an error: leave an RPC session without waiting for the other workers."""
+        if self.engine is not None:
+            self.engine.close()
+
+    def __enter__(self) -> "Synchronizer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finalize()
+        else:
+            self.close()
+
+    def report(self) -> dict:
+        """Counters of the asynchronous algorithms (pushes, staleness, server view, requests served)."""
+        return self.engine.report() if self.engine is not None else {}
+
+    # -- the state the engine shares through its context -------------------------------------
+    @property
+    def t(self) -> int:
+        """Optimizer steps so far."""
+        return self.ctx.t
+
+    @t.setter
+    def t(self, value: int) -> None:
+        self.ctx.t = value
+
+    @property
+    def on_reset(self) -> Optional[Callable[[list[str]], None]]:
+        """callable(list of parameter names) after a reset, e.g. clear their optimizer state."""
+        return self.ctx.on_reset
+
+    @on_reset.setter
+    def on_reset(self, fn: Optional[Callable[[list[str]], None]]) -> None:
+        self.ctx.on_reset = fn
+
+    @property
+    def divergence(self) -> dict[str, float]:
+        return self.ctx.metrics.divergence
+
+    @property
+    def reset_events(self) -> list:
+        """sync.nonfinite (health.py): the resets of this rank."""
+        return self.ctx.metrics.reset_events
+
+    @property
+    def nonfinite_dropped(self) -> int:
+        return self.ctx.metrics.nonfinite_dropped
+
+    @property
+    def health_stats(self) -> CommStats:
+        return self.ctx.metrics.health_stats
+
+    # -- the context pieces a subclass changes (gossip_accel/sync/hierarchical.py) ----------------
+    def _carries(self, comp: Component) -> bool:
+        """Does this rank run the algorithm for ``comp``? (Flat: every rank, every component.)"""
+        return True
+
+    def _carried(self) -> list[Component]:
+        return self.ctx.carried()
+
+    def _share(self, comps: list[Component]) -> None:
+        """After a sync of ``comps``: hand the new values to the ranks that did not carry them (flat: none)."""
+
+    def _before_buffers(self, buffers: Component) -> None:
+        """Before the float buffers are synchronized between replicas (flat: nothing)."""
+
+    def _broadcast_initial(self) -> None:
+        """theta_0^k <- theta_0 of rank 0 (Algorithm 1, line 1), counted as a one-off."""
+        with self.comm.accounting(self.oneoff_stats):
+            broadcast_components(self.comm, self._all_components())
+
+    def _all_components(self) -> list[Component]:
+        return self.components + ([self.buffers] if self.buffers is not None else [])
+
+    # -- metrics and state ---------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """Scalars for TensorBoard: bytes, seconds and rounds per component and in total.
+
+        ``sync/bytes_*`` count the periodic synchronization only; the initial broadcast and
+        the final average are in ``sync/oneoff_bytes_*``.
+        """
+        out: dict[str, float] = {"sync/step": float(self.t)}
+        if self.comm is None:
+            return out
+        for name, c in self.comm.stats.snapshot().items():
+            out[f"sync/bytes_sent/{name}"] = c.bytes_sent
+            out[f"sync/bytes_recv/{name}"] = c.bytes_recv
+            out[f"sync/seconds/{name}"] = c.seconds
+        total = self.comm.stats.total()
+        out.update({
+            "sync/bytes_sent": total.bytes_sent,
+            "sync/bytes_recv": total.bytes_recv,
+            "sync/seconds": total.seconds,
+            "sync/calls": float(total.calls),
+            "sync/oneoff_bytes_sent": self.oneoff_stats.total().bytes_sent,
+            "sync/oneoff_bytes_recv": self.oneoff_stats.total().bytes_recv,
+        })
+        for name, d in self.divergence.items():
+            out[f"sync/divergence/{name}"] = d
+        if self.divergence:
+            out["sync/divergence"] = sum(self.divergence.values()) / len(self.divergence)
+        out["sync/nonfinite_resets"] = float(len(self.reset_events))
+        out["sync/nonfinite_dropped"] = float(self.nonfinite_dropped)
+        out["sync/nonfinite_flag_bytes_sent"] = self.health_stats.total().bytes_sent
+        if self.engine is not None:
+            out.update(self.engine.metrics())
+        return out
+
+    def bytes_per_step(self) -> float:
+        """Mean bytes sent per optimizer step by this worker so far."""
+        return self.comm.stats.total().bytes_sent / max(self.t, 1) if self.comm else 0.0
+
+    def state_dict(self) -> dict:
+        """Step counter, BMUF slots, sampler state and counters (this worker's; ranks differ)."""
+        return {
+            "version": STATE_VERSION,
+            "t": self.t,
+            "algorithm": self.cfg.algorithm,
+            "seed": self.cfg.seed,
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "components": {c.name: c.numel for c in self.components},
+            "slots": {k: {"omega": s.omega.detach().cpu().clone(), "delta": s.delta.detach().cpu().clone()}
+                      for k, s in self.slots.items()},
+            "comm": self.comm.stats.state_dict() if self.comm else {},
+            "divergence": dict(self.divergence),
+            "finalized": self.finalized,
+            "engine": self.engine.state_dict() if self.engine is not None else {},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key.
+
+        Load the model's weights first. For the asynchronous algorithms in RPC mode this is a
+        collective (every rank calls it, as a resumed training run does): no worker may talk to
+        the server or to a passive partner before they are restored.
+        """
+        for key, mine in (("algorithm", self.cfg.algorithm), ("seed", self.cfg.seed),
+                          ("world_size", self.world_size), ("rank", self.rank),
+                          ("components", {c.name: c.numel for c in self.components})):
+            if state.get(key) != mine:
+                raise ConfigError(
+                    f"synchronizer checkpoint has {key}={state.get(key)!r} but this run has {mine!r}; "
+                    "resume with the same sync config and number of processes"
+                )
+        if set(state["slots"]) != set(self.slots):
+            raise ConfigError(
+                f"synchronizer checkpoint holds slots for {sorted(state['slots'])}, this run needs {sorted(self.slots)}"
+            )
+        self.t = int(state["t"])
+        for name, s in state["slots"].items():
+            self.slots[name].omega.copy_(s["omega"])
+            self.slots[name].delta.copy_(s["delta"])
+        if self.comm is not None:
+            self.comm.stats.load_state_dict(state.get("comm", {}))
+        self.divergence.clear()
+        self.divergence.update(state.get("divergence", {}))
+        self.finalized = bool(state.get("finalized", False))
+        if self.engine is not None:
+            self.engine.load_state_dict(state.get("engine", {}))
+
+
+class SyncedOptimizer:
+    """An optimizer whose ``step()`` also runs ``synchronizer.step()``.
+
+    For loops that prefer one object: ``opt = SyncedOptimizer(opt, sync)``. Everything else
+    (``zero_grad``, ``param_groups``, ...) is the wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer: Any, synchronizer: Synchronizer):
+        self.optimizer = optimizer
+        self.synchronizer = synchronizer
+
+    def step(self, *args, **kwargs):
+        out = self.optimizer.step(*args, **kwargs)
+        self.synchronizer.step()
+        return out
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "synchronizer": self.synchronizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.synchronizer.load_state_dict(state["synchronizer"])
+
+    def __getattr__(self, name: str):
+        return getattr(self.optimizer, name)
