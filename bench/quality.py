@@ -69,12 +69,17 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
                               [*GB, RULE, *W32, BF16, "sync.components.0.period=64"]),
     "warmup_32_bf16_eta_0.5": ("warmup_32_bf16 with eta 0.5", [*GB, "sync.block_momentum=0.5", *W32, BF16]),
     "warmup_32_bf16_lr_0.02": ("warmup_32_bf16 with lr 0.02", [*GB, RULE, *W32, BF16, "train.lr=0.02"]),
+    # gossip-BMUF variants on top of the recipe defaults (rule, warm-up, bf16)
+    "gossip_bmuf_pair": ("gossip-BMUF, sync.mixing=pair", ["sync.algorithm=gossip_bmuf", "sync.mixing=pair"]),
+    "gossip_bmuf_12_96": ("gossip-BMUF, periods (12,96): about BMUF's (16,128) bytes",
+                          ["sync.algorithm=gossip_bmuf", "sync.period=12", "sync.components.0.period=96"]),
+    "gossip_bmuf_eta_0.8": ("gossip-BMUF, eta 0.8", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.8"]),
     # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
     "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
     "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
     "gossip_ma": ("gossip-MA", ["sync.algorithm=gossip_ma"]),
-    "gossip_bmuf": ("gossip-BMUF", [GB]),
+    "gossip_bmuf": ("gossip-BMUF", ["sync.algorithm=gossip_bmuf"]),
 }
 GRIDS = {
     "knobs": ["ddp", "paper", "rule", "eta_0.5", "zeta_2", "cbm", "lr_0.02", "lr_0.05", "pair", "emb_64", "bf16",
@@ -82,6 +87,7 @@ GRIDS = {
               "warmup_32_bf16_lr_0.02"],
     "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf"],
     "parity": ["ddp", "paper", "rule", "warmup_32_bf16"],
+    "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_eta_0.8"],
 }
 
 
