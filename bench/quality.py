@@ -39,13 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
 RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
 
-#: name -> (what it is, trainer overrides). "ddp" and "single" are the baselines. The knobs change one
+#: name -> (what it is, trainer overrides[, conf overlays of the recipe's conf/ given after its own two]).
+#: "ddp" and "single" are the baselines. The knobs change one
 #: thing at a time from "rule" (gossip-BMUF with eta from eq. 6, the paper's everything else).
 #: the knobs start from the recipe conf as it was before they were measured (no warm-up, fp32 wire)
 GB = ["sync.algorithm=gossip_bmuf", "sync.warmup_steps=0", "sync.warmup_period=1", "sync.exchange_dtype=float32"]
 PAPER = "sync.block_momentum=0.9"
 BF16, W32 = "sync.exchange_dtype=bfloat16", ["sync.warmup_steps=32", "sync.warmup_period=8"]
-SETTINGS: dict[str, tuple[str, list[str]]] = {
+SETTINGS: dict[str, tuple] = {
     "single": ("one worker, no sync (4x the steps of a worker)", ["sync.enabled=false"]),
     "ddp": ("gradient all-reduce every step", ["sync.enabled=false"]),
     "paper": ("gossip-BMUF as in the paper: eta 0.9, zeta 1, pull, no warm-up, fp32", [*GB, PAPER]),
@@ -80,6 +81,9 @@ SETTINGS: dict[str, tuple[str, list[str]]] = {
     "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
     "gossip_ma": ("gossip-MA", ["sync.algorithm=gossip_ma"]),
     "gossip_bmuf": ("gossip-BMUF", ["sync.algorithm=gossip_bmuf"]),
+    # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
+    "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
+    "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
 }
 GRIDS = {
     "knobs": ["ddp", "paper", "rule", "eta_0.5", "zeta_2", "cbm", "lr_0.02", "lr_0.05", "pair", "emb_64", "bf16",
@@ -158,11 +162,11 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
     overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed - 1}",
                  *args.extra]
     load_before = os.getloadavg()
+    confs = [recipe / "conf" / c for c in ("mini.yaml", "period_16_128.yaml", *setting_confs(name))]
     cmd = ["bash", str(ROOT / "utils" / "launch.sh"), "--num-workers", str(workers), "--port", str(free_port()), "--",
-           "-m", "gossip_accel.bin.train_lm", "--config", str(recipe / "conf" / "mini.yaml"),
-           "--config", str(recipe / "conf" / "period_16_128.yaml"), "--exp-dir", str(run_dir),
+           "-m", "gossip_accel.bin.train_lm", *[a for c in confs for a in ("--config", str(c))], "--exp-dir", str(run_dir),
            "--name", f"{name}-s{seed}", f"data.dir={data}", *overrides]
-    print(f"[quality] {name} seed {seed}: {' '.join(overrides)}", flush=True)
+    print(f"[quality] {name} seed {seed}: {' '.join(map(str, [*setting_confs(name), *overrides]))}", flush=True)
     start = time.time()
     with open(run_dir / "train.log", "a") as log:
         r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=recipe)
@@ -179,6 +183,12 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
     print(f"[quality] {name} seed {seed}: test ppl {res['final_test_ppl']:.2f}, "
           f"{res['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB/step/worker", flush=True)
     return res
+
+
+def setting_confs(name: str) -> list[str]:
+    """The conf overlays a setting names (third item of its SETTINGS entry), after the recipe's two."""
+    entry = SETTINGS[name]
+    return list(entry[2]) if len(entry) > 2 else []
 
 
 def spread(values: list[float]) -> tuple[float, float]:

@@ -51,6 +51,14 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "adpsgd_delay_lockstep": (["sync.algorithm=adpsgd_delay", "sync.lockstep=true", "sync.period=1"], 15),
     "ma_ngsgd": (["sync.algorithm=ma"], 16),  # Kaldi nnet3: NG-SGD + model averaging
     "gossip_bmuf_ngsgd": (["sync.algorithm=gossip_bmuf", "sync.q=1"], 16),
+    # issue 14: a torch optimizer as the outer (block) optimizer (sync.outer_optimizer, algorithms/outer.py)
+    # Adam's eps 1e-3, not 1e-8: g / (sqrt(v) + eps) would blow the all-reduce's last-bit rounding of an
+    # outer gradient near 0 up to a step of size lr, beyond the oracle's tolerance
+    "bmuf_outer_adam": (["sync.algorithm=bmuf", "sync.slots_on_cpu=true",
+                         "sync.outer_optimizer={name: Adam, lr: 0.05, betas: [0.8, 0.9], eps: 1.0e-3}"], 18),
+    "gossip_bmuf_outer_nesterov": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
+                                    "sync.warmup_period=2", "sync.seed=4",
+                                    "sync.outer_optimizer={name: SGD, lr: 0.7, momentum: 0.9, nesterov: true}"], 22),
 }
 # scenarios whose workers use another optimizer than make_optimizer's default
 OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd"}
@@ -185,7 +193,7 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
 
 # scenario -> step at which it is checkpointed and resumed (run_resumed)
 RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
-           "ma_ngsgd": 11}
+           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15}
 
 
 def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:

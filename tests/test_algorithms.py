@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip_accel.sync.algorithms import BMUFSlots, block_momentum_from_rule, bmuf_update, ma_update, new_local_model
+from gossip_accel.sync.algorithms import (BMUFSlots, OuterSlots, block_momentum_from_rule, bmuf_update, ma_update,
+                                         new_local_model, outer_update, start_slots)
 
 ETA, ZETA = 0.5, 1.5  # all numbers below are exact binary fractions
 
@@ -195,3 +196,66 @@ def test_new_local_model_warmup_end_restarts_slots():
     assert torch.equal(out, t(9.25, 8.0))
     # warmup_end without slots (MA) is just the average
     assert torch.equal(new_local_model("warmup_end", t(2.0), None, ETA, ZETA, True), t(2.0))
+
+
+# -- outer optimizers (algorithms/outer.py; docs/ALGORITHMS.md "Outer optimizers") ------------------
+def nesterov_sgd(eta, zeta, nesterov=True):
+    return {"name": "SGD", "lr": zeta, "momentum": eta, "dampening": 0, "nesterov": nesterov}
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_outer_sgd_with_momentum_is_bmuf(nesterov):
+    """SGD(lr=zeta, momentum=eta) on p = theta_start with g = p - theta_bar equals BMUF-NBM (nesterov) or
+    CBM over many syncs: same new local model, p = omega + eta Delta (NBM) or omega (CBM), buffer = -Delta/zeta."""
+    eta, zeta = 0.8, 1.3
+    gen = torch.Generator().manual_seed(3)
+    theta0 = torch.randn(257, generator=gen)
+    bmuf, outer = BMUFSlots.start_from(theta0), OuterSlots.start_from(theta0, nesterov_sgd(eta, zeta, nesterov))
+    local = theta0.clone()
+    for _ in range(60):
+        bar = local + 0.1 * torch.randn(257, generator=gen)  # the block's average: the start model plus progress
+        local = bmuf_update(bar.clone(), bmuf, eta, zeta, nesterov)
+        got = outer_update(bar.clone(), outer)
+        torch.testing.assert_close(got, local, atol=1e-5, rtol=1e-5)
+        start = bmuf.omega + eta * bmuf.delta if nesterov else bmuf.omega
+        torch.testing.assert_close(outer.p, start, atol=1e-5, rtol=1e-5)
+        buf = outer.optimizer.state[outer.p]["momentum_buffer"]
+        torch.testing.assert_close(buf, -bmuf.delta / zeta, atol=1e-5, rtol=1e-5)
+    assert float(local.abs().max()) > 1.0  # the filter moved far from theta0: not a trivial agreement
+
+
+def test_outer_update_by_hand_and_in_place():
+    slots = OuterSlots.start_from(t(1.0, 2.0), {"name": "SGD", "lr": 0.5})  # plain SGD, no momentum
+    bar = t(2.0, 0.0)
+    out = outer_update(bar, slots)
+    # g = p - theta_bar = [-1, 2]; p = p - 0.5 g = [1.5, 1]
+    assert torch.equal(out, t(1.5, 1.0)) and torch.equal(slots.p, t(1.5, 1.0))
+    assert out.data_ptr() == bar.data_ptr() and out.data_ptr() != slots.p.data_ptr()
+    assert slots.p.grad is None  # the gradient only borrowed theta_bar's buffer
+
+
+def test_outer_slots_restart_and_warmup_end():
+    slots = start_slots(t(1.0, 2.0), {"name": "Adam", "lr": 0.1})
+    assert isinstance(slots, OuterSlots) and isinstance(start_slots(t(1.0)), BMUFSlots)
+    new_local_model("sync", t(2.0, 3.0), slots, 0.0, 1.0, True)
+    assert slots.optimizer.state[slots.p]  # Adam moments exist
+    out = new_local_model("warmup_end", t(7.0, 8.0), slots, 0.0, 1.0, True)
+    assert torch.equal(out, t(7.0, 8.0)) and torch.equal(slots.p, t(7.0, 8.0))
+    assert not slots.optimizer.state  # a fresh optimizer (Algorithm 1, line 1)
+    before = slots.p.clone()
+    assert torch.equal(new_local_model("warmup", t(0.0, 0.0), slots, 0.0, 1.0, True), t(0.0, 0.0))
+    assert torch.equal(slots.p, before)  # warm-up averages leave the slots alone
+
+
+def test_outer_slots_state_round_trip_with_weights_only(tmp_path):
+    spec = {"name": "Adam", "lr": 0.05, "betas": [0.8, 0.9]}
+    a = OuterSlots.start_from(t(1.0, -1.0, 0.5), spec)
+    b = OuterSlots.start_from(t(0.0, 0.0, 0.0), spec)
+    for v in (0.5, -0.25, 1.0):
+        outer_update(a.p + v, a)
+    torch.save(a.state_dict(), tmp_path / "s.pt")
+    b.load_state_dict(torch.load(tmp_path / "s.pt", weights_only=True))
+    assert torch.equal(a.p, b.p)
+    for bar in (t(2.0, 0.0, 1.0), t(1.0, 1.0, 1.0)):
+        torch.testing.assert_close(outer_update(bar.clone(), a), outer_update(bar.clone(), b), atol=0, rtol=0)
+    assert len(a.tensors()) == 1 + 3  # p and Adam's step, exp_avg, exp_avg_sq

@@ -292,3 +292,39 @@ def test_mixing_is_validated(overrides, match):
 def test_pair_mixing_has_one_partner_whatever_p():
     cfg = load_sync_config(None, ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.p=3"])
     assert cfg.resolved_q(16) == 1
+
+
+# -- sync.outer_optimizer (algorithms/outer.py) ------------------------------------------------------
+def test_outer_optimizer_from_yaml_and_override(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("sync:\n  algorithm: bmuf\n  outer_optimizer: {name: SGD, lr: 0.7, momentum: 0.9, nesterov: true}\n")
+    cfg = load_sync_config(str(f))
+    assert cfg.outer_optimizer == {"name": "SGD", "lr": 0.7, "momentum": 0.9, "nesterov": True}
+    cfg = load_sync_config(None, ["sync.algorithm=gossip_bmuf", "sync.outer_optimizer={name: Adam, betas: [0.8, 0.9]}"])
+    assert cfg.outer_optimizer == {"name": "Adam", "betas": [0.8, 0.9]}
+    assert load_sync_config(None).outer_optimizer is None  # the paper's BMUF rule
+
+
+@pytest.mark.parametrize("value, match", [
+    ("{name: Sgd, lr: 1}", "sync.outer_optimizer.name='Sgd' is not a torch.optim optimizer; choose one of"),
+    ("{lr: 1}", "sync.outer_optimizer.name=None is not a torch.optim optimizer"),
+    ("{name: SGD, lr: 1, mom: 0.9}", "sync.outer_optimizer.mom is not an argument of torch.optim.SGD"),
+    ("{name: SGD, lr: -1}", "torch.optim.SGD refuses it: Invalid learning rate: -1"),
+    ("{name: SGD, lr: 1, nesterov: true}", "Nesterov momentum requires a momentum"),
+    ("{name: LBFGS}", "torch.optim.LBFGS refuses it"),  # needs a closure: refused before training
+    ("SGD", "Cannot assign str to Dict[str, Any] (key outer_optimizer)"),  # not a mapping: omegaconf names the key
+])
+def test_outer_optimizer_errors_name_the_key(value, match):
+    msg = err(overrides=["sync.algorithm=bmuf", f"sync.outer_optimizer={value}"])
+    assert match in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("algo", ["ma", "gossip_ma", "local_ma", "easgd", "asgd", "adpsgd_fixed"])
+def test_outer_optimizer_is_refused_without_bmuf_slots(algo):
+    msg = err(overrides=[f"sync.algorithm={algo}", "sync.outer_optimizer={name: SGD, lr: 1}"])
+    assert f"sync.outer_optimizer replaces the BMUF rule of bmuf, local_bmuf, gossip_bmuf; {algo}" in msg
+
+
+def test_outer_optimizer_warns_that_block_momentum_is_unused():
+    with pytest.warns(UserWarning, match="sync.block_momentum=0.5 is unused"):
+        load_sync_config(None, ["sync.algorithm=bmuf", "sync.block_momentum=0.5", "sync.outer_optimizer={name: SGD, lr: 1}"])

@@ -33,7 +33,7 @@ def test_each_algorithm_matches_simulator(results, name):
 
 @pytest.mark.parametrize("name", ["gossip_bmuf", "local_bmuf", "gossip_ma", "easgd", "easgd_async_lockstep",
                                   "asgd_lockstep", "adpsgd_fixed_lockstep", "adpsgd_random_lockstep",
-                                  "adpsgd_delay_lockstep", "gossip_bmuf_ngsgd"])
+                                  "adpsgd_delay_lockstep", "gossip_bmuf_ngsgd", "gossip_bmuf_outer_nesterov"])
 def test_gossip_replicas_really_differ_before_final_average(results, name):
     w = [results[r][name]["before"]["hidden.weight"] for r in range(WORLD)]
     assert any((w[0] - w[r]).abs().max() > 1e-4 for r in range(1, WORLD))

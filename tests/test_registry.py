@@ -34,6 +34,7 @@ def test_every_entry_is_consistent():
         assert (Path(registry.__file__).parent / "algorithms" / f"{a.rule}.py").is_file(), a
         assert (a.pairing is not None) == (a.family == "pairwise")
         assert not a.bmuf_slots or a.family == "periodic"
+        assert a.outer_optimizer == a.bmuf_slots  # an outer optimizer replaces the BMUF rule (outer.py)
         assert (a.graph == "server") == (a.family == "server")
         cfg = load_sync_config(None, [f"sync.algorithm={a.name}"])
         assert cfg.spec is a and (cfg.uses_bmuf, cfg.graph, cfg.is_async) == (a.bmuf_slots, a.graph, a.asynchronous)

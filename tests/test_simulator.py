@@ -207,6 +207,28 @@ def test_warmup_averages_then_restarts_bmuf_slots():
     assert not torch.equal(cluster.slots[0]["all"].delta, torch.zeros_like(cluster.slots[0]["all"].delta))
 
 
+
+# -- outer optimizers (sync.outer_optimizer) --------------------------------------------------------
+OUTER_NESTEROV = "sync.outer_optimizer={name: SGD, lr: 1.0, momentum: 0.75, nesterov: true}"
+
+
+@pytest.mark.parametrize("algo", ["bmuf", "gossip_bmuf", "local_bmuf"])
+def test_outer_nesterov_sgd_equals_bmuf_nbm_in_the_simulator(algo):
+    """The outer-optimizer form with SGD(lr=zeta, momentum=eta, nesterov) is BMUF-NBM with eta, zeta."""
+    kw = dict(n=4, steps=26, config={**TOY_CFG, "warmup_steps": 6, "warmup_period": 2}, finalize=False)
+    step = lambda m, o, k, t: toy.train_step(m, o, 0, k, t)  # noqa: E731
+    opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.5)  # noqa: E731
+    bm = simulate(toy.ToyModel, opt, step, overrides=[f"sync.algorithm={algo}", "sync.p=1", "sync.block_momentum=0.75",
+                                                      "sync.block_lr=1.0"], **kw)
+    out = simulate(toy.ToyModel, opt, step, overrides=[f"sync.algorithm={algo}", "sync.p=1", OUTER_NESTEROV], **kw)
+    assert type(out.slots[0]["rest"]).__name__ == "OuterSlots"
+    for a, b in zip(bm.models, out.models):
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+            torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5, msg=name)
+    if algo != "bmuf":  # the replicas really differ (each node its own p and momentum)
+        assert not torch.equal(out.models[0].hidden.weight, out.models[1].hidden.weight)
+
+
 # -- gossip / local ------------------------------------------------------------------------------
 def test_gossip_average_is_line_8_on_the_ring():
     n = 5

@@ -32,6 +32,17 @@ def test_state_from_another_setup_is_refused():
         sync.load_state_dict(state)
 
 
+def test_state_of_another_outer_optimizer_is_refused():
+    outer = {"name": "SGD", "lr": 0.7, "momentum": 0.9, "nesterov": True}
+    with pytest.warns(UserWarning):
+        sync = Synchronizer(toy.ToyModel(seed=0), {"algorithm": "bmuf", "outer_optimizer": outer})
+    state = sync.state_dict()
+    assert state["outer_optimizer"] == outer
+    for other in (None, {**outer, "name": "Adam"}):  # a BMUF-rule checkpoint, another optimizer
+        with pytest.raises(ConfigError, match="outer_optimizer"):
+            sync.load_state_dict({**state, "outer_optimizer": other})
+
+
 def test_bad_component_rule_names_parameter():
     model = toy.ToyModel(seed=0)
     with pytest.raises(ConfigError, match="hidden.weight"):

@@ -11,6 +11,7 @@ A YAML file such as::
       block_momentum: 0.9         # eta   (Algorithm 1 line 11)
       block_lr: 1.0               # zeta  (Algorithm 1 line 11)
       nesterov: true              # NBM (line 13) or CBM
+      outer_optimizer: null       # or e.g. {name: SGD, lr: 0.7, momentum: 0.9, nesterov: true} (DiLoCo)
       components:
         - {name: embedding, pattern: '^embedding\\.', period: 128, shards: 8}
         - {name: rest}                # no pattern: everything else
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -168,6 +170,9 @@ class SyncConfig:
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
     exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
     mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
+    # a torch.optim optimizer on the outer gradient p - theta_bar instead of the BMUF rule (algorithms/outer.py):
+    # {name: <torch.optim class>, <its keyword arguments>}; null = the paper's BMUF (eta, zeta, nesterov)
+    outer_optimizer: Optional[dict[str, Any]] = None
     hierarchy: HierarchyConfig = field(default_factory=HierarchyConfig)
     # -- EASGD (eq. 8-9 of 001): alpha = eta * lambda --------------------------------------
     easgd_alpha: Optional[float] = None   # alpha itself; default 0.9 / n (beta = n alpha = 0.9)
@@ -302,6 +307,7 @@ def validate(cfg: SyncConfig) -> None:
         check_ring_degree(cfg.p, cfg.q)
     _validate_mixing(cfg)
     _validate_wire_and_hierarchy(cfg)
+    _validate_outer_optimizer(cfg)
     if not cfg.components:
         raise ConfigError("sync.components is empty; give at least one rule, e.g. {name: all}")
     names = set()
@@ -328,6 +334,39 @@ def _validate_mixing(cfg: SyncConfig) -> None:
     if cfg.mixing == "pair" and cfg.q not in (None, 1):
         raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
                           "drop sync.q (or set it to 1), or use sync.mixing=pull")
+
+
+def _validate_outer_optimizer(cfg: SyncConfig) -> None:
+    """sync.outer_optimizer: a torch.optim class name and its keyword arguments, built once on a dummy
+    tensor; only for the algorithms with BMUF slots (it replaces their rule: eta, zeta and nesterov unused)."""
+    spec = cfg.outer_optimizer
+    if spec is None:
+        return
+    key = "sync.outer_optimizer"
+    if not cfg.spec.outer_optimizer:
+        raise ConfigError(f"{key} replaces the BMUF rule of {', '.join(registry.names(outer_optimizer=True))}; "
+                          f"{cfg.algorithm} has no block update: set {key}=null")
+    from .algorithms import outer
+
+    try:
+        cls = outer.optimizer_class(spec.get("name"))
+    except ValueError as e:
+        raise ConfigError(f"{key}.{e} (e.g. {{name: SGD, lr: 0.7, momentum: 0.9, nesterov: true}})") from None
+    bad = outer.unknown_kwargs(cls, {k: v for k, v in spec.items() if k != "name"})
+    if bad:
+        raise ConfigError(f"{key}.{bad[0]} is not an argument of torch.optim.{cls.__name__}")
+    import torch
+
+    try:  # built, and one step taken, on a dummy tensor (LBFGS needs a closure, SparseAdam sparse gradients)
+        dummy = torch.zeros(1)
+        opt = outer.make_optimizer(spec, dummy)
+        dummy.grad = torch.zeros(1)
+        opt.step()
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise ConfigError(f"{key}={spec!r}: torch.optim.{cls.__name__} refuses it: {one_line_error(e)}") from None
+    if cfg.block_momentum is not None:
+        warnings.warn(f"sync.block_momentum={cfg.block_momentum} is unused: {key} replaces the BMUF rule "
+                      "(give the outer optimizer's own momentum)", stacklevel=3)
 
 
 def _gossip_round(spec: registry.Algorithm) -> bool:

@@ -44,7 +44,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from .algorithms import BMUFSlots, delayed_average, pair_average
+from .algorithms import Slots, delayed_average, pair_average
 
 __all__ = [
     "NonFiniteError", "ResetEvent", "Verdict", "all_finite", "clear_optimizer_state", "flag_matrix",
@@ -66,12 +66,12 @@ def all_finite(*tensors: Optional[torch.Tensor]) -> bool:
     return all(t is None or bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def slots_sick(slots: Optional[BMUFSlots]) -> bool:
-    """Are the BMUF slots (omega, Delta of Algorithm 1) of a component non-finite?"""
-    return slots is not None and not all_finite(slots.omega, slots.delta)
+def slots_sick(slots: Optional[Slots]) -> bool:
+    """Are the BMUF slots (omega, Delta of Algorithm 1; or an outer optimizer's p and state) of a component non-finite?"""
+    return slots is not None and not all_finite(*slots.tensors())
 
 
-def replica_sick(theta: torch.Tensor, slots: Optional[BMUFSlots] = None) -> tuple[bool, bool]:
+def replica_sick(theta: torch.Tensor, slots: Optional[Slots] = None) -> tuple[bool, bool]:
     """(theta non-finite, slots non-finite) of one worker's copy of one component."""
     return not all_finite(theta), slots_sick(slots)
 

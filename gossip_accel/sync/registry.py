@@ -33,7 +33,9 @@ class Algorithm:
     torch.distributed.rpc unless ``sync.lockstep`` (then in a deterministic lock-step order).
     ``warmup`` / ``low_precision_wire`` / ``hierarchy``: ``sync.warmup_steps``,
     ``sync.exchange_dtype`` other than float32, ``sync.hierarchy.group_size`` > 1 are implemented.
-    ``nonfinite``: what ``sync.nonfinite=reset`` does for it (health.py).
+    ``nonfinite``: what ``sync.nonfinite=reset`` does for it (health.py). ``outer_optimizer``: its slots
+    may hold a torch optimizer on the outer gradient instead of the BMUF rule (``sync.outer_optimizer``,
+    algorithms/outer.py).
     """
 
     name: str
@@ -49,6 +51,7 @@ class Algorithm:
     warmup: bool = False
     low_precision_wire: bool = False
     hierarchy: bool = False
+    outer_optimizer: bool = False
     engine: str = ""
     simulator: str = ""
 
@@ -80,7 +83,7 @@ def _periodic(name: str, graph: str, rule: str, all_neighbours: bool = False) ->
     """Algorithm 1 of 000: every H_i steps an average over the graph, then the rule."""
     return Algorithm(name, "periodic", graph, rule, _MEAN if graph == "full" else _RING,
                      bmuf_slots=rule == "bmuf", all_neighbours=all_neighbours, warmup=True,
-                     low_precision_wire=True, hierarchy=True)
+                     low_precision_wire=True, hierarchy=True, outer_optimizer=rule == "bmuf")
 
 
 _SERVER = "the server rejects a non-finite push; a sick worker restarts from the reply"
@@ -128,8 +131,8 @@ def _yes(flag: bool) -> str:
 
 
 #: the columns of :func:`support_table` (docs/ALGORITHMS.md holds its output)
-SUPPORT_COLUMNS = ("`sync.algorithm`", "family / engine", "graph", "rule (`algorithms/`)", "BMUF slots", "warm-up",
-                   "bf16/fp16 wire", "hierarchy", "lock-step", "DeepSpeed", "`sync.nonfinite=reset`")
+SUPPORT_COLUMNS = ("`sync.algorithm`", "family / engine", "graph", "rule (`algorithms/`)", "BMUF slots",
+                   "outer optimizer", "warm-up", "bf16/fp16 wire", "hierarchy", "lock-step", "DeepSpeed", "`sync.nonfinite=reset`")
 
 
 def support_table() -> str:
@@ -138,7 +141,7 @@ def support_table() -> str:
     for a in ALGORITHMS:
         family = a.family if a.engine == a.family else f"{a.family} / {a.engine}"
         cells = (f"`{a.name}`", family, a.graph + (f" ({a.pairing} pairs)" if a.pairing else ""), f"`{a.rule}.py`",
-                 _yes(a.bmuf_slots), _yes(a.warmup), _yes(a.low_precision_wire), _yes(a.hierarchy), a.lockstep,
+                 _yes(a.bmuf_slots), _yes(a.outer_optimizer), _yes(a.warmup), _yes(a.low_precision_wire), _yes(a.hierarchy), a.lockstep,
                  a.deepspeed, a.nonfinite)
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from . import health
-from .algorithms import BMUFSlots, asgd_delta, elastic_center_update_sync, new_local_model
+from .algorithms import asgd_delta, elastic_center_update_sync, new_local_model, start_slots
 from .components import split_buffers, split_components
 from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
@@ -53,7 +53,7 @@ class SimulatedCluster:
                 for src, dst in zip(self._with_buffers(0), self._with_buffers(k)):
                     dst.scatter(src.gather())
         self.slots = [
-            {c.name: BMUFSlots.start_from(c.gather()) for c in self.comps[k]} if cfg.uses_bmuf else {}
+            {c.name: start_slots(c.gather(), cfg.outer_optimizer) for c in self.comps[k]} if cfg.uses_bmuf else {}
             for k in range(n)
         ]
         self.alpha = cfg.resolved_alpha(n)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from .algorithms import BMUFSlots
+from .algorithms import Slots, start_slots
 from .comm import CommStats, Communicator
 from .components import Component, split_buffers, split_components
 from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
@@ -64,7 +64,8 @@ class Synchronizer:
     """Owns components, BMUF slots, the step counter and the engine of one worker.
 
     Memory: BMUF keeps two fp32 slots (omega, Delta) of the model's size, on the parameters'
-    device or on the CPU with ``sync.slots_on_cpu``; gossip/local keep q receive buffers per
+    device or on the CPU with ``sync.slots_on_cpu`` (``sync.outer_optimizer``: one fp32 copy p and the
+    optimizer's state instead); gossip/local keep q receive buffers per
     component (in the periodic engine); every component has one flat work buffer. All are
     allocated at construction, once.
     """
@@ -104,7 +105,7 @@ class Synchronizer:
                                  self.buffers, carries=self._carries, share=self._share,
                                  before_buffers=self._before_buffers, wire_dtype=self.wire_dtype,
                                  block_momentum=self.block_momentum)
-        self.slots: dict[str, BMUFSlots] = self.ctx.slots
+        self.slots: dict[str, Slots] = self.ctx.slots
         self.engine = None  # the registry's engine of sync.algorithm (engines/)
         if not self.active:
             self.comm = None
@@ -124,7 +125,7 @@ class Synchronizer:
         if self.cfg.uses_bmuf:
             slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
             for comp in self.ctx.carried():
-                self.slots[comp.name] = BMUFSlots.start_from(comp.gather(), slot_device)
+                self.slots[comp.name] = start_slots(comp.gather(), self.cfg.outer_optimizer, slot_device)
         self.engine = engine_class(self.cfg.spec.engine)(self.ctx)
 
     # -- the training-loop API -------------------------------------------------------------
@@ -276,12 +277,12 @@ class Synchronizer:
             "version": STATE_VERSION,
             "t": self.t,
             "algorithm": self.cfg.algorithm,
+            "outer_optimizer": self.cfg.outer_optimizer,
             "seed": self.cfg.seed,
             "world_size": self.world_size,
             "rank": self.rank,
             "components": {c.name: c.numel for c in self.components},
-            "slots": {k: {"omega": s.omega.detach().cpu().clone(), "delta": s.delta.detach().cpu().clone()}
-                      for k, s in self.slots.items()},
+            "slots": {k: s.state_dict() for k, s in self.slots.items()},
             "comm": self.comm.stats.state_dict() if self.comm else {},
             "divergence": dict(self.divergence),
             "finalized": self.finalized,
@@ -295,7 +296,8 @@ class Synchronizer:
         collective (every rank calls it, as a resumed training run does): no worker may talk to
         the server or to a passive partner before they are restored.
         """
-        for key, mine in (("algorithm", self.cfg.algorithm), ("seed", self.cfg.seed),
+        for key, mine in (("algorithm", self.cfg.algorithm), ("outer_optimizer", self.cfg.outer_optimizer),
+                          ("seed", self.cfg.seed),
                           ("world_size", self.world_size), ("rank", self.rank),
                           ("components", {c.name: c.numel for c in self.components})):
             if state.get(key) != mine:
@@ -309,8 +311,7 @@ class Synchronizer:
             )
         self.t = int(state["t"])
         for name, s in state["slots"].items():
-            self.slots[name].omega.copy_(s["omega"])
-            self.slots[name].delta.copy_(s["delta"])
+            self.slots[name].load_state_dict(s)
         if self.comm is not None:
             self.comm.stats.load_state_dict(state.get("comm", {}))
         self.divergence.clear()

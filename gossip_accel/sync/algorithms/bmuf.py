@@ -27,6 +27,26 @@ class BMUFSlots:
         omega = theta.detach().to(device=device or theta.device, dtype=torch.float32, copy=True)
         return cls(omega=omega, delta=torch.zeros_like(omega))
 
+    @property
+    def device(self) -> torch.device:
+        return self.omega.device
+
+    def tensors(self) -> list[torch.Tensor]:
+        """omega and Delta (what a non-finite check looks at)."""
+        return [self.omega, self.delta]
+
+    def restart(self, theta_bar: torch.Tensor) -> None:
+        """omega <- theta_bar, Delta <- 0 (warm-up end, a non-finite reset: line 1 again)."""
+        self.omega.copy_(theta_bar)
+        self.delta.zero_()
+
+    def state_dict(self) -> dict:
+        return {"omega": self.omega.detach().cpu().clone(), "delta": self.delta.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.omega.copy_(state["omega"])
+        self.delta.copy_(state["delta"])
+
 
 def bmuf_update(
     theta_bar: torch.Tensor,

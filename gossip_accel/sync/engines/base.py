@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from .. import health
-from ..algorithms import BMUFSlots
+from ..algorithms import Slots
 from ..comm import CommStats, Communicator
 from ..components import Component
 from ..config import SyncConfig
@@ -60,7 +60,7 @@ class EngineContext:
     topology: Any
     components: list[Component]
     buffers: Optional[Component]
-    slots: dict[str, BMUFSlots] = field(default_factory=dict)
+    slots: dict[str, Slots] = field(default_factory=dict)  # BMUF (omega, Delta) or outer-optimizer slots
     metrics: SyncMetrics = field(default_factory=SyncMetrics)
     t: int = 0
     #: callable(list of parameter names) after a reset, e.g. clear their optimizer state

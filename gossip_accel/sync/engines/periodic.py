@@ -33,8 +33,8 @@ class PeriodicEngine(Engine):
         self.send: dict[str, torch.Tensor] = {}  # ring: the wire-dtype copy a node sends
         for comp in ctx.carried():
             slots = ctx.slots.get(comp.name)
-            if slots is not None and slots.omega.device != comp.flat.device:
-                self.staging[comp.name] = torch.empty_like(slots.omega)
+            if slots is not None and slots.device != comp.flat.device:
+                self.staging[comp.name] = torch.empty_like(comp.flat, device=slots.device)
             if self.gossip:
                 self.recv[comp.name] = [torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
                                         for _ in range(ctx.topology.q)]
