@@ -27,7 +27,7 @@ from gossip_accel.bin import compute_cmvn, compute_fbank, decode_asr, fix_data_d
 from gossip_accel.bin import units_text
 from gossip_accel.bin import validate_data_dir
 from gossip_accel.config import ConfigError, load_sync_config
-from gossip_accel.data import kaldi_dir as kd
+from gossip_accel.data import kaldi as kd
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 16000

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from .kaldi_dir import read_table, refuse_commands
+from .kaldi.tables import read_table, refuse_commands
 
 
 @dataclass
