@@ -124,7 +124,7 @@ def _uneven_worker(rank: int, world: int, init_file: str, local_steps: list[int]
     import torch.distributed as dist
 
     from gossip_accel import shutdown
-    from gossip_accel.data.asr import agree_on_steps
+    from gossip_accel.train.collectives import agree_on_steps
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     steps = agree_on_steps(local_steps[rank])
