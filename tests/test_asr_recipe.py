@@ -84,6 +84,10 @@ def test_two_workers_train_resume_exactly_and_decode(asr_dir):
     assert res["workers"] == 2 and res["epochs"] == 2 and res["bytes_sent_per_worker"] > 0
     assert [h["epoch"] for h in res["history"]] == [1, 2]
     assert res["history"][0]["steps"] == res["history"][1]["steps"] > 0
+    # every epoch validates the replicas (their mean) and their average; the last average is the final model
+    assert all({"cv_loss", "cv_loss_replicas"} <= set(h) for h in res["history"])
+    assert res["history"][-1]["cv_loss"] == pytest.approx(res["final_cv_loss"], rel=1e-9)
+    assert res["sync_settings"]["algorithm"] == "bmuf" and res["sync_settings"]["periods"] == "(2)"
 
     train(asr_dir, "exp/resumed", "train.max_epochs=1")
     train(asr_dir, "exp/resumed", "train.max_epochs=2")
