@@ -127,9 +127,9 @@ def mean_over_workers(measures: Sequence[Measure]) -> list[float]:
     return out
 
 
-def local_steps(task: Task, epoch: int, train: RunConf) -> int:
-    n = len(task.batches(epoch))
-    return min(n, train.max_steps_per_epoch or n)
+def local_steps(batches: Sequence, train: RunConf) -> int:
+    """This rank's steps of an epoch: its batches, at most ``train.max_steps_per_epoch``."""
+    return min(len(batches), train.max_steps_per_epoch or len(batches))
 
 
 def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], list[str]], Any],
@@ -146,7 +146,7 @@ def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], li
     accelerator = start_accelerator(conf.train.cpu, conf.train.collective_timeout)
     task = make_task(conf, accelerator.process_index, accelerator.num_processes)
     if conf.train.warmup_epochs is not None:
-        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, agree_on_steps(local_steps(task, 1, conf.train)))
+        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, agree_on_steps(local_steps(task.batches(1), conf.train)))
     run = DistributedRun(task.model, task.optimizer, sync_cfg, Path(args.exp_dir), scheduler=task.scheduler,
                          accelerator=accelerator, **run_options(conf.train))
     if run.is_main:
@@ -192,8 +192,8 @@ def train(task: Task, run: DistributedRun, conf: RunConf, epochs: int, name: str
 
     run.finish()
     final = validate_equal_model(task, run.core)
-    results = {**run.results(name, sum(p.numel() for p in run.core.parameters()), len(history), train_seconds,
-                             history), **task.results(), f"final_{task.valid_key}": final}
+    results = {**run.results(name, n_params, len(history), train_seconds, history), **task.results(),
+               f"final_{task.valid_key}": final}
     run.save_final()
     if run.is_main:
         (run.exp / "results.json").write_text(json.dumps(results, indent=2))
@@ -214,7 +214,7 @@ def run_epoch(task: Task, run: DistributedRun, conf: RunConf, epoch: int, name: 
     from tqdm import tqdm
 
     batches = task.batches(epoch)
-    steps = agree_on_steps(min(len(batches), conf.max_steps_per_epoch or len(batches)))
+    steps = agree_on_steps(local_steps(batches, conf))
     run.model.train()
     skip = run.start_batch(epoch)
     task.begin_epoch(epoch, saved if skip else {})

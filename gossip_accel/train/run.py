@@ -31,7 +31,7 @@ from ..health import clear_optimizer_state
 from . import checkpoint as ckpt
 from .collectives import all_mean, average_of_replicas, barrier
 from .describe import periods_label, sync_settings
-from .process_group import resolve_cpu, start_accelerator
+from .process_group import start_accelerator
 
 
 class DistributedRun:
@@ -52,7 +52,7 @@ class DistributedRun:
             raise ConfigError(f"train.keep_checkpoints={keep_checkpoints}: keep at least 1")
         if checkpoint_every_steps < 0:
             raise ConfigError(f"train.checkpoint_every_steps={checkpoint_every_steps}: use 0 (epoch ends only) or more")
-        self.accelerator = accelerator or start_accelerator(resolve_cpu(cpu), collective_timeout)
+        self.accelerator = accelerator or start_accelerator(cpu, collective_timeout)
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.core = self.accelerator.unwrap_model(self.model)
