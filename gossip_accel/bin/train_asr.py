@@ -6,16 +6,19 @@
 Data: Kaldi dirs with ``feats.scp``, ``utt2num_frames`` and ``text`` (features of
 gossip_accel.bin.compute_fbank), global CMVN (compute_cmvn) and a units dir (train_units).
 Batches by length within a frame budget, deterministic per rank; ranks agree on the number
-of steps of every epoch (one all-reduce, gossip_accel.train.loop) so that no sync round waits for a rank that ran out
-of data. Learning-rate schedule of 001_3db6b3ddf1f13045.txt (section 3, "newbob"): keep the
-rate while the CV loss drops by at least ``start_halving_impr`` (1%), then halve it every
-epoch, stop when the CV loss drops by less than ``end_halving_impr`` (0.1%) or at
-``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV loss does
-(Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs before the
-CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs before a stop. Writes ``results.json``, TensorBoard scalars, per-rank checkpoints at
-epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a launcher restart
-resumes exactly: batch position, SpecAugment generator, RNG states) and the worker-averaged
-``final.pt`` to ``--exp-dir``.
+of steps of every epoch (one all-reduce, gossip_accel.train.loop) so that no sync round waits
+for a rank that ran out of data. Learning-rate schedule of 001_3db6b3ddf1f13045.txt (section
+3, "newbob"): keep the rate while the CV loss drops by at least ``start_halving_impr`` (1%),
+then halve it every epoch, stop when the CV loss drops by less than ``end_halving_impr``
+(0.1%) or at ``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV
+loss does (Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs
+before the CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs
+before a stop; the schedule reads the mean of the replicas' CV losses. Writes
+``results.json`` (per-epoch history with the CV loss of the replicas' average, ``cv_loss``,
+and the mean of the replicas', ``cv_loss_replicas``), TensorBoard scalars, per-rank
+checkpoints at epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a
+launcher restart resumes exactly: batch position, SpecAugment generator, RNG states) and the
+worker-averaged ``final.pt`` to ``--exp-dir``. The epoch loop is gossip_accel.train.loop's.
 """
 from __future__ import annotations
 
