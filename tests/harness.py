@@ -71,7 +71,7 @@ def initial_model(rank: int) -> torch.nn.Module:
 
 def make_optimizer(model: torch.nn.Module, kind: str = "sgd") -> torch.optim.Optimizer:
     if kind == "ngsgd":
-        from gossip_accel.optim import NGSGD
+        from gossip_accel.train.ngsgd import NGSGD
 
         return NGSGD(model, lr=LR, momentum=0.5)
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.5)

@@ -84,6 +84,10 @@ def test_two_workers_train_resume_exactly_and_decode(asr_dir):
     assert res["workers"] == 2 and res["epochs"] == 2 and res["bytes_sent_per_worker"] > 0
     assert [h["epoch"] for h in res["history"]] == [1, 2]
     assert res["history"][0]["steps"] == res["history"][1]["steps"] > 0
+    # every epoch validates the replicas (their mean) and their average; the last average is the final model
+    assert all({"cv_loss", "cv_loss_replicas"} <= set(h) for h in res["history"])
+    assert res["history"][-1]["cv_loss"] == pytest.approx(res["final_cv_loss"], rel=1e-9)
+    assert res["sync_settings"]["algorithm"] == "bmuf" and res["sync_settings"]["periods"] == "(2)"
 
     train(asr_dir, "exp/resumed", "train.max_epochs=1")
     train(asr_dir, "exp/resumed", "train.max_epochs=2")
@@ -124,7 +128,7 @@ def _uneven_worker(rank: int, world: int, init_file: str, local_steps: list[int]
     import torch.distributed as dist
 
     from gossip_accel import shutdown
-    from gossip_accel.data.asr import agree_on_steps
+    from gossip_accel.train.collectives import agree_on_steps
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     steps = agree_on_steps(local_steps[rank])

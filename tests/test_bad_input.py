@@ -27,7 +27,7 @@ from gossip_accel.bin import compute_cmvn, compute_fbank, decode_asr, fix_data_d
 from gossip_accel.bin import units_text
 from gossip_accel.bin import validate_data_dir
 from gossip_accel.sync.config import ConfigError, load_sync_config
-from gossip_accel.data import kaldi_dir as kd
+from gossip_accel.data import kaldi as kd
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 16000
@@ -266,7 +266,7 @@ def sync_yaml(body: str | bytes) -> Callable:
 
 
 def structured_yaml(body: str) -> Callable:
-    """trainer.load_structured (the train/model/data sections) on a YAML file."""
+    """train.config.load_structured (the train/model/data sections) on a YAML file."""
     def setup(tmp: Path):
         p = tmp / "conf" / "train.yaml"
         p.parent.mkdir()
@@ -368,7 +368,7 @@ CASES: dict[str, Case] = {
     "cfg-yaml-syntax": Case(sync_yaml("sync:\n  period: [8\n"), [r"sync.yaml"]),
     "cfg-non-utf8": Case(sync_yaml(b"sync:\n  algorithm: caf\xe9\n"), [r"sync.yaml", r"UTF-8|utf-8"]),
     "cfg-missing-file": Case(lambda tmp: (load_sync_config, tmp / "nope.yaml", []), [r"nope.yaml"]),
-    # trainer.load_structured belongs to H4: its omegaconf messages span several lines (key on line 2)
+    # train.config.load_structured belongs to H4: its omegaconf messages span several lines (key on line 2)
     "cfg-train-unknown-key": Case(structured_yaml("train:\n  lrr: 0.1\n"), [r"train.yaml", r"lrr"], one_line=False),
     "cfg-train-wrong-type": Case(structured_yaml("train:\n  lr: fast\n"), [r"train.yaml", r"lr", r"fast"],
                                  one_line=False),
@@ -401,7 +401,7 @@ def run_case(case: Case, tmp: Path, capsys) -> tuple[int, str, dict]:
             load_sync_config(arg)
         return 1, str(e.value), before
     if main == "structured":
-        from gossip_accel.trainer import load_structured
+        from gossip_accel.train.config import load_structured
         with pytest.raises(ConfigError) as e:
             load_structured(_Schema, [str(arg)], [])
         return 1, str(e.value), before

@@ -23,7 +23,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from gossip_accel import checkpoint as ckpt
+from gossip_accel.train import checkpoint as ckpt
 from gossip_accel.sync.faults import CollectiveTimeout, PeerLost, guard
 from harness import spawn_with_timeout
 

@@ -1,4 +1,4 @@
-"""gossip_accel.data.kaldi_dir: tables, validate_data_dir, fix_data_dir, and their entry points
+"""gossip_accel.data.kaldi: tables, validate_data_dir, fix_data_dir, and their entry points
 (python -m gossip_accel.bin.{validate,fix}_data_dir, utils/{validate,fix}_data_dir.sh)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from gossip_accel.bin import fix_data_dir as fix_bin
 from gossip_accel.bin import validate_data_dir as validate_bin
-from gossip_accel.data import kaldi_dir as kd
+from gossip_accel.data import kaldi as kd
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from gossip_accel.data import kaldi_dir as kd
+from gossip_accel.data import kaldi as kd
 from recipe_local import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from gossip_accel.sync import toy
-from gossip_accel.optim import NGSGD, OnlineNaturalGradient, kaldi_rank
 from gossip_accel.sync.simulate import simulate
+from gossip_accel.train.natural_gradient import OnlineNaturalGradient
+from gossip_accel.train.ngsgd import NGSGD, kaldi_rank
 
 TOY_CFG = {"components": toy.TOY_COMPONENTS, "period": 4}
 

@@ -343,8 +343,8 @@ def test_config_key_is_validated():
 
 
 def test_distributed_run_clears_the_optimizer_state_of_a_reset_replica(tmp_path):
-    """trainer.DistributedRun wires Synchronizer.on_reset to clear_optimizer_state (through Accelerate's wrapper)."""
-    from gossip_accel.trainer import DistributedRun
+    """train.run.DistributedRun wires Synchronizer.on_reset to clear_optimizer_state (through Accelerate's wrapper)."""
+    from gossip_accel.train.run import DistributedRun
 
     model = toy.ToyModel()
     opt = torch.optim.Adam(model.parameters(), lr=0.1)

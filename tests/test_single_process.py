@@ -51,8 +51,8 @@ def test_bad_component_rule_names_parameter():
 
 def test_make_optimizer_by_name():
     """train.optimizer of both trainers: the torch optimizers, Kaldi's NG-SGD, and a clear error."""
-    from gossip_accel.optim import NGSGD
-    from gossip_accel.trainer import OPTIMIZERS, make_optimizer
+    from gossip_accel.train.ngsgd import NGSGD
+    from gossip_accel.train.optimizers import OPTIMIZERS, make_optimizer
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     for name in OPTIMIZERS:

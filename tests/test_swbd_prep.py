@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from gossip_accel.data import kaldi_dir as kd
+from gossip_accel.data import kaldi as kd
 from gossip_accel.data import sphere as S
 from gossip_accel.data.features import FbankOptions, compute_fbank, compute_fbank_dir, load_utterance, read_audio
 from recipe_local import load

@@ -9,7 +9,7 @@
 # keeps the first of duplicate keys; rebuilds spk2utt from utt2spk; sorts every file (LC_ALL=C).
 # Never silent: every dropped utterance and the reason go to stderr and <dir>/.backup/dropped.txt;
 # the original files are copied to <dir>/.backup/ first. Exit 1 if the result is still invalid
-# or empty. Implementation: python -m gossip_accel.bin.fix_data_dir (gossip_accel/data/kaldi_dir.py).
+# or empty. Implementation: python -m gossip_accel.bin.fix_data_dir (gossip_accel/data/kaldi/fix.py).
 set -euo pipefail
 check_audio=true
 help_message="Usage: utils/fix_data_dir.sh [options] <data-dir>"

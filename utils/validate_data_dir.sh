@@ -10,7 +10,7 @@
 # utt2spk inverted; speaker ids prefix utterance ids (sort orders agree); no empty transcripts;
 # wav.scp paths exist (a value ending in '|' is a pipe and is not run). The wav.scp value is the
 # rest of the line, so paths may contain spaces.
-# Implementation: python -m gossip_accel.bin.validate_data_dir (gossip_accel/data/kaldi_dir.py).
+# Implementation: python -m gossip_accel.bin.validate_data_dir (gossip_accel/data/kaldi/validate.py).
 set -euo pipefail
 need="wav.scp text utt2spk spk2utt"
 check_audio=true

@@ -2,7 +2,7 @@
 
 * ``no-comm``: each worker trains its own model alone, no DDP wrapper, no synchronizer: the
   physical limit of the emulated cluster (its speed is what the hardware gives without a network).
-* ``ddp``: :class:`gossip_accel.trainer.DistributedRun` with ``sync.enabled=false``: DDP's gradient
+* ``ddp``: :class:`gossip_accel.train.run.DistributedRun` with ``sync.enabled=false``: DDP's gradient
   all-reduce every step, counted by the same ring accounting as the synchronizer.
 * every name of ``bench/sync_traffic.py``'s ``SETTINGS`` (``ma-(8)``, ``gossip_bmuf-(16,128)``, ...),
   and ``local_bmuf-(8)``: ``DistributedRun`` with the synchronizer, the workload's (16,128) split
@@ -48,7 +48,7 @@ class SettingRun:
             self.model = self.core = model.to(device)
             self.optimizer = optimizer
         else:
-            from gossip_accel.trainer import DistributedRun
+            from gossip_accel.train.run import DistributedRun
 
             # every rank builds the same model from the same seed, so Algorithm 1's initial broadcast
             # (line 1) is a no-op here; skipping it saves a full-model broadcast per setting on slow links

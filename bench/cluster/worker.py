@@ -100,7 +100,7 @@ def analytic_bytes(run: SettingRun, world: int) -> float:
 def describe_sync(run: SettingRun, world: int) -> dict:
     if run.sync is None:
         return {"algorithm": run.setting, "periods": "(1)" if run.setting == DDP else "-"}
-    from gossip_accel.trainer import periods_label
+    from gossip_accel.train.describe import periods_label
 
     cfg = run.sync.cfg
     return {"algorithm": cfg.algorithm, "periods": periods_label(cfg), "p": cfg.resolved_p(world),

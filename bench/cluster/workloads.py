@@ -81,7 +81,8 @@ class MiniLM(Workload):
         self._state = None
 
     def build(self):
-        from gossip_accel.bin.train_lm import build_model, make_optimizer
+        from gossip_accel.bin.train_lm import build_model
+        from gossip_accel.train.optimizers import make_optimizer
 
         torch.manual_seed(self.conf.train.seed)
         model = build_model(self.conf, self.vocab)

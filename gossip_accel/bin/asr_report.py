@@ -49,8 +49,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     histories = [json.loads((Path(r) / "results.json").read_text()) for r in args.runs]
-    plot(histories, out.with_suffix(".png"), key="cv_loss_replicas",
-         ylabel="CV CTC loss per token (mean over replicas)", log=False)
+    plot(histories, out.with_suffix(".png"), key="cv_loss", ylabel="CV CTC loss per token", log=False)
     print(text, end="")
 
 

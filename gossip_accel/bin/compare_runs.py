@@ -39,9 +39,12 @@ def table(rows: list[dict]) -> list[str]:
     return out
 
 
-def plot(rows: list[dict], path: Path, key: str = "valid_ppl_replicas",
-         ylabel: str = "valid perplexity (mean over replicas)", log: bool = True) -> None:
-    """One curve per run of ``history[*][key]`` against the epoch (LM: perplexity; ASR: CV loss)."""
+def plot(rows: list[dict], path: Path, key: str = "valid_ppl", ylabel: str = "valid perplexity",
+         log: bool = True) -> None:
+    """Per run, ``history[*][key]`` against the epoch (LM: perplexity; ASR: CV loss): solid for the
+    replicas' average (the model the run returns), dashed for the mean of the replicas
+    (``<key>_replicas``, left out where it is the same, as for DDP; the only curve of a run recorded
+    before the average was validated)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,8 +53,15 @@ def plot(rows: list[dict], path: Path, key: str = "valid_ppl_replicas",
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in rows:
         h = r.get("history", [])
-        ax.plot([e["epoch"] for e in h], [e[key] for e in h], marker="o",
-                label=f"{r['name']} ({r['workers']} w)")
+        epochs, label = [e["epoch"] for e in h], f"{r['name']} ({r['workers']} w)"
+        color = None
+        if h and key in h[0]:
+            (line,) = ax.plot(epochs, [e[key] for e in h], marker="o", label=f"{label}, averaged model")
+            color = line.get_color()
+        same = h and key in h[0] and all(e[key] == e.get(f"{key}_replicas") for e in h)  # DDP, one worker
+        if h and f"{key}_replicas" in h[0] and not same:
+            ax.plot(epochs, [e[f"{key}_replicas"] for e in h], marker=".", linestyle="--", color=color,
+                    label=f"{label}, mean of replicas")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)

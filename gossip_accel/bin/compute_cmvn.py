@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..data.features import accumulate_cmvn_stats, load_feats, read_kaldi_map
-from ..data.kaldi_dir import DataDirError, refuse_commands
+from ..data.kaldi.tables import DataDirError, refuse_commands
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,7 @@ from tqdm import tqdm
 from ..asr.ctc_decode import greedy_decode, prefix_beam_search
 from ..asr.scoring import write_scoring_dir
 from ..data.asr import collate, load_utterances, make_batches
-from ..data.kaldi_dir import read_table
+from ..data.kaldi.tables import read_table
 from ..data.units import Tokenizer
 from .train_asr import build_model, feature_dim, load_cmvn, load_conf
 

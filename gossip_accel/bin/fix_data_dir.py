@@ -5,7 +5,7 @@
 
 Keeps the utterances present in every utterance table with a non-empty transcript and an
 existing audio file, rebuilds spk2utt, sorts every file (see
-``gossip_accel.data.kaldi_dir.fix_data_dir``). Originals are copied to ``<dir>/.backup/``,
+``gossip_accel.data.kaldi.fix.fix_data_dir``). Originals are copied to ``<dir>/.backup/``,
 the dropped utterances and reasons go to stderr and ``<dir>/.backup/dropped.txt``. Then the
 directory is validated: exit 1 if problems remain (e.g. speaker ids that do not prefix the
 utterance ids) or no utterance is left. Shell entry point: ``utils/fix_data_dir.sh``.
@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.kaldi_dir import DataDirError, fix_data_dir, validate_data_dir
+from ..data.kaldi.fix import fix_data_dir
+from ..data.kaldi.tables import DataDirError
+from ..data.kaldi.validate import validate_data_dir
 
 
 def main(argv: list[str] | None = None) -> int:

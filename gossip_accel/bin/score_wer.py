@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from ..asr.scoring import MODES, write_scoring_dir
-from ..data.kaldi_dir import read_table as read_kaldi_map
+from ..data.kaldi.tables import read_table as read_kaldi_map
 
 
 def main(argv: list[str] | None = None) -> None:

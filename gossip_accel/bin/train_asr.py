@@ -6,22 +6,23 @@
 Data: Kaldi dirs with ``feats.scp``, ``utt2num_frames`` and ``text`` (features of
 gossip_accel.bin.compute_fbank), global CMVN (compute_cmvn) and a units dir (train_units).
 Batches by length within a frame budget, deterministic per rank; ranks agree on the number
-of steps of every epoch (one all-reduce) so that no sync round waits for a rank that ran out
-of data. Learning-rate schedule of 001_3db6b3ddf1f13045.txt (section 3, "newbob"): keep the
-rate while the CV loss drops by at least ``start_halving_impr`` (1%), then halve it every
-epoch, stop when the CV loss drops by less than ``end_halving_impr`` (0.1%) or at
-``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV loss does
-(Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs before the
-CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs before a stop. Writes ``results.json``, TensorBoard scalars, per-rank checkpoints at
-epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a launcher restart
-resumes exactly: batch position, SpecAugment generator, RNG states) and the worker-averaged
-``final.pt`` to ``--exp-dir``.
+of steps of every epoch (one all-reduce, gossip_accel.train.loop) so that no sync round waits
+for a rank that ran out of data. Learning-rate schedule of 001_3db6b3ddf1f13045.txt (section
+3, "newbob"): keep the rate while the CV loss drops by at least ``start_halving_impr`` (1%),
+then halve it every epoch, stop when the CV loss drops by less than ``end_halving_impr``
+(0.1%) or at ``max_epochs``; ``keep_lr_epochs`` first epochs keep the rate whatever the CV
+loss does (Kaldi's ``keep_lr_iters``: the replicas of a distributed run need a few epochs
+before the CV loss of their average is a fair signal), ``min_epochs`` is the fewest epochs
+before a stop; the schedule reads the mean of the replicas' CV losses. Writes
+``results.json`` (per-epoch history with the CV loss of the replicas' average, ``cv_loss``,
+and the mean of the replicas', ``cv_loss_replicas``), TensorBoard scalars, per-rank
+checkpoints at epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a
+launcher restart resumes exactly: batch position, SpecAugment generator, RNG states) and the
+worker-averaged ``final.pt`` to ``--exp-dir``. The epoch loop is gossip_accel.train.loop's.
 """
 from __future__ import annotations
 
-import json
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -29,9 +30,10 @@ from typing import Any, Optional
 import torch
 from omegaconf import OmegaConf
 
-from .. import shutdown
-from ..data.asr import agree_on_steps, collate, epoch_batches, load_utterances, make_batches, spec_augment
-from ..trainer import RunConf
+from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment
+from ..train import loop
+from ..train.config import RunConf, load_structured
+from ..train.optimizers import make_optimizer
 
 
 @dataclass
@@ -61,19 +63,14 @@ class ASRModelConf:
 
 @dataclass
 class ASRTrainConf(RunConf):
+    """The newbob schedule's keys (see the module docstring); the rest are RunConf's."""
+
     max_epochs: int = 20
     min_epochs: int = 1
     keep_lr_epochs: int = 0
-    optimizer: str = "adam"            # adam | adamw | sgd | adagrad | ngsgd (Kaldi NG-SGD)
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    clip_norm: float = 5.0
     start_halving_impr: float = 0.01
     end_halving_impr: float = 0.001
     halving_factor: float = 0.5
-    seed: int = 1
-    max_steps_per_epoch: Optional[int] = None
-    log_every: int = 20
 
 
 @dataclass
@@ -86,8 +83,6 @@ class ASRConf:
 
 
 def load_conf(paths: list[str], overrides: list[str]) -> ASRConf:
-    from ..trainer import load_structured
-
     return load_structured(ASRConf, paths, overrides)
 
 
@@ -161,121 +156,85 @@ class NewBob:
         self.best, self.halving = state["best"], state["halving"]
 
 
+class ASRTask(loop.Task):
+    """CTC on length-sorted batches (every n-th of a seeded shuffle per epoch), SpecAugment, newbob."""
+
+    tag, loss_label, loss_scalar = "train_asr", "CTC/token", "train/ctc_per_token"
+    valid_key, valid_label, valid_scalar, valid_format = "cv_loss", "CV CTC/token", "valid/ctc_per_token", ".4f"
+
+    def __init__(self, conf: ASRConf, rank: int, world: int):
+        from ..data.units import Tokenizer
+
+        tok = Tokenizer(conf.data.lang)  # its error names the missing bpe.model and the stage to run
+        train_utts, self.dropped = load_utterances(Path(conf.data.train), tok.encode, conf.data.max_utt_frames)
+        valid_utts, _ = load_utterances(Path(conf.data.valid), tok.encode, conf.data.max_utt_frames)
+        self.cmvn = load_cmvn(conf)
+        torch.manual_seed(conf.train.seed)
+        self.model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
+        self.optimizer = make_optimizer(conf.train.optimizer, self.model, conf.train.lr, conf.train.weight_decay)
+        self.ctc = torch.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
+        self.train_batches = make_batches(train_utts, conf.data.max_frames)
+        self.valid_batches = make_batches(valid_utts, conf.data.max_frames)[rank::world]
+        t = conf.train
+        self.schedule = NewBob(t.start_halving_impr, t.end_halving_impr, t.halving_factor, t.min_epochs,
+                               t.keep_lr_epochs)
+        self.conf, self.rank, self.world, self.vocab_size, self.n_train = conf, rank, world, tok.vocab_size, len(train_utts)
+
+    def describe(self) -> str:
+        return (f"{self.conf.model.type}, {self.vocab_size} units, {self.n_train} training utterances in "
+                f"{len(self.train_batches)} batches (left out: {self.dropped})")
+
+    def batches(self, epoch: int) -> list:
+        return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world)
+
+    def begin_epoch(self, epoch: int, saved: dict) -> None:
+        self.gen = torch.Generator().manual_seed(self.conf.train.seed * 1_000_003 + epoch * 101 + self.rank)
+        if "generator" in saved:
+            self.gen.set_state(saved["generator"])
+        self.loss_sum, self.tokens = saved.get("loss", 0.0), saved.get("tokens", 0.0)
+
+    def loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
+        b = collate(batch, self.cmvn)
+        x = b["feats"]
+        if self.conf.specaugment.enabled:
+            s = self.conf.specaugment
+            x = spec_augment(x, b["lengths"], s.freq_masks, s.freq_width, s.time_masks, s.time_width, self.gen)
+        loss = ctc_loss_sum(model, b, self.ctc, x)
+        ntok = float(b["target_lengths"].sum())
+        self.loss_sum += float(loss.detach())
+        self.tokens += ntok
+        return loss / ntok
+
+    def running_loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    def epoch_state(self) -> dict:
+        return {"loss": self.loss_sum, "tokens": self.tokens, "generator": self.gen.get_state()}
+
+    def train_measure(self) -> tuple[float, float]:
+        return self.loss_sum, self.tokens
+
+    def validate(self, model: torch.nn.Module) -> tuple[float, float]:
+        return cv_loss(model, self.valid_batches, self.cmvn, self.ctc)
+
+    def end_epoch(self, epoch: int, row: dict) -> None:
+        # newbob reads the replicas' mean CV loss, as it did before the averaged model was validated too
+        self.stopped = self.schedule.update(epoch, row["cv_loss_replicas"], self.optimizer)
+
+    def state_dict(self) -> dict:
+        return {"schedule": self.schedule.state_dict(), "stopped": self.stopped}
+
+    def load_state_dict(self, extra: dict) -> None:
+        if "schedule" in extra:
+            self.schedule.load_state_dict(extra["schedule"])
+        self.stopped = extra.get("stopped", False)
+
+    def results(self) -> dict:
+        return {"model": self.conf.model.type}
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    from ..trainer import entry_args
-
-    args = entry_args(__doc__, argv)
-    conf = load_conf(args.config, args.overrides)
-
-    from torch.utils.tensorboard import SummaryWriter
-    from tqdm import tqdm
-
-    from ..sync.config import load_sync_config
-    from ..trainer import DistributedRun, make_optimizer, run_options
-
-    sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
-    from ..data.units import Tokenizer
-
-    tok = Tokenizer(conf.data.lang)  # its error names the missing bpe.model and the stage to run
-    train_utts, dropped = load_utterances(Path(conf.data.train), tok.encode, conf.data.max_utt_frames)
-    valid_utts, _ = load_utterances(Path(conf.data.valid), tok.encode, conf.data.max_utt_frames)
-    cmvn = load_cmvn(conf)
-    torch.manual_seed(conf.train.seed)
-    model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
-    n_params = sum(p.numel() for p in model.parameters())
-    opt = make_optimizer(conf.train.optimizer, model, conf.train.lr, conf.train.weight_decay)
-    run = DistributedRun(model, opt, sync_cfg, Path(args.exp_dir), **run_options(conf.train))
-    if run.is_main:
-        OmegaConf.save(conf, run.exp / "config.yaml")
-    name = args.name or run.default_name()
-    ctc = torch.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
-    train_batches = make_batches(train_utts, conf.data.max_frames)
-    valid_batches = make_batches(valid_utts, conf.data.max_frames)[run.rank::run.world]
-    schedule = NewBob(conf.train.start_halving_impr, conf.train.end_halving_impr, conf.train.halving_factor,
-                      conf.train.min_epochs, conf.train.keep_lr_epochs)
-    first_epoch, extra = run.resume(conf.train.resume)
-    history, train_seconds = extra.get("history", []), extra.get("train_seconds", 0.0)
-    if "schedule" in extra:
-        schedule.load_state_dict(extra["schedule"])
-    stopped = extra.get("stopped", False)
-    writer = SummaryWriter(str(run.exp / "tensorboard")) if run.is_main else None
-    run.accelerator.print(
-        f"[train_asr] {name}: {run.world} workers, {conf.model.type} {n_params / 1e6:.2f}M parameters, "
-        f"{tok.vocab_size} units, {len(train_utts)} training utterances in {len(train_batches)} batches "
-        f"(left out: {dropped}), {run.describe_sync()}")
-
-    for epoch in range(first_epoch, conf.train.max_epochs + 1):
-        if stopped:
-            break
-        start = time.perf_counter()
-        mine = epoch_batches(train_batches, epoch, conf.train.seed, run.rank, run.world)
-        steps = agree_on_steps(min(len(mine), conf.train.max_steps_per_epoch or len(mine)))
-        gen = torch.Generator().manual_seed(conf.train.seed * 1_000_003 + epoch * 101 + run.rank)
-        run.model.train()
-        skip = run.start_batch(epoch)
-        mid = extra.get("epoch_state", {}) if skip else {}  # resumed inside this epoch
-        loss_sum, tok_sum = mid.get("loss", 0.0), mid.get("tokens", 0.0)
-        if "generator" in mid:
-            gen.set_state(mid["generator"])
-        bar = tqdm(total=steps, initial=skip, desc=f"{name} epoch {epoch}", disable=not run.is_main, mininterval=2.0)
-        for i, b in enumerate(mine[:steps]):
-            if i < skip:
-                continue
-            batch = collate(b, cmvn)
-            x = batch["feats"]
-            if conf.specaugment.enabled:
-                s = conf.specaugment
-                x = spec_augment(x, batch["lengths"], s.freq_masks, s.freq_width, s.time_masks, s.time_width, gen)
-            loss = ctc_loss_sum(run.model, batch, ctc, x)
-            ntok = float(batch["target_lengths"].sum())
-            run.optimizer.zero_grad(set_to_none=True)
-            run.accelerator.backward(loss / ntok)
-            run.accelerator.clip_grad_norm_(run.model.parameters(), conf.train.clip_norm)
-            run.optimizer.step()
-            run.after_step()
-            loss_sum += float(loss.detach())
-            tok_sum += ntok
-            bar.update(1)
-            if writer is not None and run.step % conf.train.log_every == 0:
-                writer.add_scalar("train/ctc_per_token", loss_sum / tok_sum, run.step)
-                writer.add_scalar("train/lr", run.optimizer.param_groups[0]["lr"], run.step)
-                for k, v in run.metrics().items():
-                    writer.add_scalar(k, v, run.step)
-                bar.set_postfix(loss=f"{loss_sum / tok_sum:.3f}")
-            run.save_step(epoch, i + 1, steps, lambda: {
-                "history": history, "train_seconds": train_seconds + time.perf_counter() - start,
-                "schedule": schedule.state_dict(), "stopped": False,
-                "epoch_state": {"loss": loss_sum, "tokens": tok_sum, "generator": gen.get_state()}})
-        bar.close()
-        train_seconds += time.perf_counter() - start
-        cv_total, cv_tokens = cv_loss(run.core, valid_batches, cmvn, ctc)
-        tr_total, tr_tokens, cv_total, cv_tokens = run.all_mean([loss_sum, tok_sum, cv_total, cv_tokens])
-        cv = cv_total / max(cv_tokens, 1)
-        lr = run.optimizer.param_groups[0]["lr"]
-        row = {"epoch": epoch, "step": run.step, "steps": steps, "lr": lr,
-               "train_loss": tr_total / max(tr_tokens, 1), "cv_loss_replicas": cv}
-        stopped = schedule.update(epoch, cv, run.optimizer)
-        history.append(row)
-        run.accelerator.print(f"[train_asr] {name} epoch {epoch}: {steps} steps, lr {lr:.2e}, train CTC/token "
-                              f"{row['train_loss']:.4f}, CV CTC/token (mean of replicas) {cv:.4f}"
-                              + (" -> stop" if stopped else ""))
-        if writer is not None:
-            writer.add_scalar("valid/ctc_per_token_replicas", cv, run.step)
-        run.save(epoch, {"history": history, "train_seconds": train_seconds, "schedule": schedule.state_dict(),
-                         "stopped": stopped})
-
-    run.finish()
-    cv_total, cv_tokens = run.all_mean(list(cv_loss(run.core, valid_batches, cmvn, ctc)))
-    results = {**run.results(name, n_params, len(history), train_seconds, history), "model": conf.model.type,
-               "final_cv_loss": cv_total / max(cv_tokens, 1)}
-    run.save_final()
-    if run.is_main:
-        (run.exp / "results.json").write_text(json.dumps(results, indent=2))
-        if writer is not None:
-            writer.close()
-    run.accelerator.print(f"[train_asr] {name} done: CV CTC/token of the averaged model {results['final_cv_loss']:.4f}, "
-                          f"{results['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB sent/step/worker")
-    shutdown()
+    loop.main(__doc__, argv, load_conf, ASRTask, epochs=lambda conf: conf.train.max_epochs)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import argparse
 import gzip
 from pathlib import Path
 
-from ..data.kaldi_dir import read_table
+from ..data.kaldi.tables import read_table
 from ..data.units import Tokenizer
 
 

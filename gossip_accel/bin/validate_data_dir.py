@@ -4,7 +4,7 @@
     python -m gossip_accel.bin.validate_data_dir --need "wav.scp text utt2spk spk2utt feats.scp" data/x
     python -m gossip_accel.bin.validate_data_dir --no-check-audio data/x    # skip the wav.scp path checks
 
-What is checked: see ``gossip_accel.data.kaldi_dir.validate_data_dir``. Shell entry point:
+What is checked: see ``gossip_accel.data.kaldi.validate.validate_data_dir``. Shell entry point:
 ``utils/validate_data_dir.sh``.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.kaldi_dir import DEFAULT_NEED, KNOWN_FILES, read_table, validate_data_dir
+from ..data.kaldi.tables import DEFAULT_NEED, KNOWN_FILES, read_table
+from ..data.kaldi.validate import validate_data_dir
 
 
 def parse_need(values: list[str] | None) -> list[str]:

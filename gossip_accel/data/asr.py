@@ -6,7 +6,7 @@ frames and cut into batches whose padded size (longest utterance x batch size) s
 the same global list of batches and takes every n-th one, so the split is deterministic and
 needs no communication; ranks may still end up with different counts (the global count is not
 a multiple of n, or data differ per rank), so the training loop agrees on the number of steps
-with one all-reduce per epoch (see :func:`agree_on_steps`).
+with one all-reduce per epoch (:func:`gossip_accel.train.collectives.agree_on_steps`).
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
-import torch.distributed as dist
 
-from .kaldi_dir import read_table, refuse_commands
+from .kaldi.tables import read_table, refuse_commands
 
 
 @dataclass
@@ -84,19 +83,6 @@ def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, ran
     if shuffle:
         random.Random(seed * 100_003 + epoch).shuffle(order)
     return [batches[i] for i in order[rank::world]]
-
-
-def agree_on_steps(local_steps: int) -> int:
-    """The number of steps every rank takes this epoch: the minimum over ranks.
-
-    One all-reduce per epoch: ranks with more batches leave the surplus out, so no rank waits
-    forever in a sync round (gossip rounds are collective).
-    """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local_steps
-    t = torch.tensor([local_steps], dtype=torch.long)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return int(t)
 
 
 def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> dict:

@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import torch
 
-from .kaldi_dir import DataDirError, is_command, read_table, refuse_commands, write_table
+from .kaldi.tables import DataDirError, is_command, read_table, refuse_commands, write_table
 
 INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
 

@@ -34,7 +34,7 @@ UNIT_TYPES = ("bpe", "char")
 
 def read_transcripts(text_path: str | Path) -> list[str]:
     """Transcripts of a Kaldi ``text`` file (first field = utterance id, dropped), non-empty ones only."""
-    from .kaldi_dir import read_table as read_kaldi_map
+    from .kaldi.tables import read_table as read_kaldi_map
 
     return [t for t in read_kaldi_map(text_path).values() if t.strip()]
 

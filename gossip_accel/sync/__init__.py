@@ -1,7 +1,7 @@
 """The synchronizer: periodic and asynchronous model synchronization for data-parallel training.
 
 A small library that knows nothing of speech or text (tests/test_architecture.py keeps it so):
-the toolkit (``gossip_accel.trainer``, ``data``, ``models``, ``asr``, ``bin``) is built on its
+the toolkit (``gossip_accel.train``, ``data``, ``models``, ``asr``, ``bin``) is built on its
 public API. Its rooms are described in docs/ARCHITECTURE.md.
 
 Names are imported lazily, so that importing the config (``gossip_accel.sync.config``) does not

@@ -2,7 +2,7 @@
 
 A worker that hangs (SIGSTOP, a deadlock, a dead machine whose sockets stay open) leaves its
 peers waiting in a collective. The process group's timeout (``train.collective_timeout``,
-passed to ``init_process_group`` by :class:`gossip_accel.trainer.DistributedRun`) ends that
+passed to ``init_process_group`` by :class:`gossip_accel.train.run.DistributedRun`) ends that
 wait with gloo's terse "Timed out waiting 5000ms for recv operation"; :func:`guard` turns it
 into an error naming the operation, the component, this rank, the peers and the timeout, so
 the log of a restarted job says which rank to look at. The process then exits non-zero and

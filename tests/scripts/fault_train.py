@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 
-from gossip_accel import trainer
+from gossip_accel.train import run as trainer_run
 
 
 def install(specs: str) -> None:
@@ -26,7 +26,7 @@ def install(specs: str) -> None:
     if not m:
         raise SystemExit(f"GOSSIP_FAULT={specs!r}: expected e.g. KILL@7:rank1 or KILL@7:rank1,STOP@9:rank2")
     sig, step, rank = getattr(signal, "SIG" + m.group(1)), int(m.group(2)), int(m.group(3))
-    after_step = trainer.DistributedRun.after_step
+    after_step = trainer_run.DistributedRun.after_step
 
     def faulty_after_step(self) -> None:
         after_step(self)
@@ -34,7 +34,7 @@ def install(specs: str) -> None:
             print(f"[fault] rank {rank} sends itself SIG{m.group(1)} after step {step}", flush=True)
             os.kill(os.getpid(), sig)
 
-    trainer.DistributedRun.after_step = faulty_after_step
+    trainer_run.DistributedRun.after_step = faulty_after_step
 
 
 if __name__ == "__main__":

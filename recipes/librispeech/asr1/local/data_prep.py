@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[4]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gossip_accel.data.kaldi_dir import (utt2spk_to_spk2utt, write_spk2gender, write_spk2utt,  # noqa: E402
-                                          write_table)
+from gossip_accel.data.kaldi.tables import (utt2spk_to_spk2utt, write_spk2gender, write_spk2utt,  # noqa: E402
+                                                  write_table)
 
 PROG = "data_prep.py"
 _UTT = re.compile(r"^(\d+)-(\d+)-(\d+)$")

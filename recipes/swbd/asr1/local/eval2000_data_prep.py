@@ -33,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[3]))
 from swbd1_data_prep import find_files, wav_value  # noqa: E402
-from gossip_accel.data import kaldi_dir as kd  # noqa: E402
+from gossip_accel.data import kaldi as kd  # noqa: E402
 
 PROG = "eval2000_data_prep.py"
 IGNORE = "IGNORE_TIME_SEGMENT_IN_SCORING"

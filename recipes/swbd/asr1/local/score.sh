@@ -22,7 +22,7 @@ python - "$dir" <<'PY'
 import json, sys
 from pathlib import Path
 from gossip_accel.asr.scoring import write_scoring_dir
-from gossip_accel.data.kaldi_dir import read_table
+from gossip_accel.data.kaldi.tables import read_table
 d = Path(sys.argv[1])
 refs, hyps = read_table(d / "ref.filt.txt"), read_table(d / "hyp.filt.txt")
 stats = write_scoring_dir(d, refs, hyps)

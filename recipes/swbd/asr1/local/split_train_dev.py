@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-from gossip_accel.data import kaldi_dir as kd  # noqa: E402
+from gossip_accel.data import kaldi as kd  # noqa: E402
 
 PROG = "split_train_dev.py"
 

@@ -45,7 +45,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-from gossip_accel.data import kaldi_dir as kd  # noqa: E402
+from gossip_accel.data import kaldi as kd  # noqa: E402
 
 PROG = "swbd1_data_prep.py"
 _LINE = re.compile(r"^sw(\d{4})([AB])-ms98-a-(\d+)$", re.IGNORECASE)

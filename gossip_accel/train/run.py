@@ -1,7 +1,7 @@
-"""What every training entry point shares: Accelerate set-up, the synchronizer (or the DDP
-baseline with its byte counter), per-rank checkpoints (epoch ends and every
-``checkpoint_every_steps`` steps) with exact resume, the collective timeout, the restart
-count, and the traffic summary.
+"""DistributedRun: what one worker of any trainer holds. The Accelerate-prepared model and
+optimizer, the synchronizer (or the DDP baseline with its byte counter), the step counter,
+per-rank checkpoints (epoch ends and every ``checkpoint_every_steps`` steps) with exact resume,
+the restart count, and the traffic summary.
 
     run = DistributedRun(model, optimizer, sync_cfg, exp_dir, checkpoint_every_steps=50)
     start_epoch, extra = run.resume()          # newest complete checkpoint every rank verified
@@ -13,154 +13,46 @@ count, and the traffic summary.
         run.save(epoch, extra={...})
     run.finish()                               # final average (Algorithm 1, line 20)
     traffic = run.traffic()                    # bytes per worker, mean over workers
+
+The trainers run this loop through :func:`gossip_accel.train.loop.train`.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
-import torch.distributed as dist
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from ..sync.comm import Counter
+from ..sync.config import ConfigError, SyncConfig
+from ..sync.health import clear_optimizer_state
 from . import checkpoint as ckpt
-from .sync.comm import Counter
-from .sync.config import ConfigError, SyncConfig, apply_overrides
-from .sync.faults import guard
-from .sync.health import clear_optimizer_state
-
-
-def load_structured(schema: Any, paths: list[str], overrides: list[str]) -> Any:
-    """YAML files (merged in order) + dotlist overrides onto a dataclass schema.
-
-    Unknown keys and wrong types are errors that name the file and the key.
-    """
-    conf = OmegaConf.structured(schema)
-    for path in paths:
-        try:
-            conf = OmegaConf.merge(conf, OmegaConf.load(path))
-        except FileNotFoundError as e:
-            raise ConfigError(f"config file not found: {path}") from e
-        except (OmegaConfBaseException, TypeError, ValueError) as e:
-            raise ConfigError(f"bad config {path}: {e}") from e
-    return apply_overrides(conf, overrides)
-
-
-@dataclass
-class RunConf:
-    """The ``train.*`` keys every trainer shares (DistributedRun's options)."""
-
-    cpu: Optional[bool] = None
-    checkpoint: bool = True  # per-rank checkpoints under <exp-dir>/checkpoints
-    resume: bool = True  # continue from the newest complete checkpoint in <exp-dir>
-    keep_checkpoints: int = 3  # the newest K complete checkpoints stay, older ones are removed
-    checkpoint_every_steps: int = 0  # also inside epochs, every N steps (0: epoch ends only)
-    collective_timeout: float = 1800.0  # seconds a collective waits for a peer before CollectiveTimeout
-
-
-def run_options(train: Any) -> dict:
-    """DistributedRun's keyword arguments from a ``train`` section (a :class:`RunConf`)."""
-    return {"cpu": train.cpu, "checkpoint": train.checkpoint, "keep_checkpoints": train.keep_checkpoints,
-            "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout}
-
-
-OPTIMIZERS = ("adagrad", "adam", "adamw", "ngsgd", "sgd")
-
-
-def make_optimizer(name: str, model, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The optimizer ``train.optimizer`` names, for ``model`` (an ``nn.Module``; the torch
-    optimizers also take an iterable of parameters). ``ngsgd`` is Kaldi's NG-SGD
-    (gossip_accel.optim.NGSGD) on the model's ``nn.Linear`` layers, plain SGD elsewhere."""
-    if name not in OPTIMIZERS:
-        raise ConfigError(f"train.optimizer={name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if name == "ngsgd":
-        from .optim import NGSGD
-
-        if not isinstance(model, torch.nn.Module):
-            raise ConfigError("train.optimizer=ngsgd needs the model (its nn.Linear layers), not a parameter list")
-        return NGSGD(model, lr=lr, weight_decay=weight_decay)
-    params = model.parameters() if isinstance(model, torch.nn.Module) else model
-    table = {"adagrad": torch.optim.Adagrad, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-    return table[name](params, lr=lr, weight_decay=weight_decay)
-
-
-def periods_label(sync_cfg: SyncConfig) -> str:
-    """The paper's notation of the sync periods, e.g. ``(16,128)``."""
-    periods = {r.period or sync_cfg.period for r in sync_cfg.components}
-    return "(" + ",".join(str(p) for p in sorted(periods)) + ")"
-
-
-def entry_args(doc: str, argv: Optional[list[str]] = None):
-    """The command line every training entry point takes: --config (repeatable), --exp-dir,
-    --name, and dotlist overrides."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    ap.add_argument("--config", action="append", default=[],
-                    help="YAML with data/model/train/sync sections; repeat to merge several, later wins")
-    ap.add_argument("--exp-dir", required=True)
-    ap.add_argument("--name", help="run name in results.json (default: the algorithm, or ddp/single)")
-    ap.add_argument("overrides", nargs="*", help="dotlist overrides, e.g. sync.period=8 train.lr=0.05")
-    return ap.parse_intermixed_args(argv)
-
-
-def init_process_group(cpu: bool, collective_timeout: timedelta, join_timeout: float = 900.0) -> None:
-    """Join the launcher's process group (env://) before Accelerate would, for two reasons:
-
-    * joining may take long (workers of a restarted job import torch at different speeds), a
-      collective may not: the group is created with ``join_timeout`` and then set to
-      ``collective_timeout`` (``train.collective_timeout``) for everything after;
-    * in a job the elastic agent restarted (TORCHELASTIC_RESTART_COUNT = k > 0) the group
-      lives under the store prefix ``attempt<k>``: under static rendezvous (torchrun
-      --master-port, accelerate launch) the agent keeps one TCPStore for all attempts, and
-      the gloo addresses of the dead attempt would be found first ("Gloo connectFullMesh
-      failed ... Connection refused").
-
-    Accelerate skips its own ``init_process_group`` when a group exists. Launchers without
-    MASTER_ADDR/RANK (e.g. mpirun) are left to Accelerate, and so are GPU jobs in their first
-    attempt (the GPU path here, gloo + NCCL, is not tested on GPUs yet).
-    """
-    env = os.environ
-    restart = int(env.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    if (int(env.get("WORLD_SIZE", "1")) < 2 or "MASTER_ADDR" not in env or "RANK" not in env
-            or not dist.is_available() or dist.is_initialized() or not (cpu or restart)):
-        return
-    join = timedelta(seconds=max(join_timeout, collective_timeout.total_seconds()))
-    store, rank, world = next(dist.rendezvous("env://", timeout=join))
-    if restart:
-        store = dist.PrefixStore(f"gossip_accel/attempt{restart}", store)
-    if not cpu:
-        torch.cuda.set_device(int(env.get("LOCAL_RANK", "0")))
-    dist.init_process_group("gloo" if cpu else "cpu:gloo,cuda:nccl", store=store, rank=rank, world_size=world,
-                            timeout=join)
-    dist.set_timeout(collective_timeout)
+from .collectives import all_mean, average_of_replicas, barrier
+from .describe import periods_label, sync_settings
+from .process_group import start_accelerator
 
 
 class DistributedRun:
-    """Accelerator + prepared model/optimizer + synchronizer or DDP counter + checkpoints."""
+    """Accelerator + prepared model/optimizer + synchronizer or DDP counter + checkpoints.
+
+    ``accelerator``: one already started (:func:`gossip_accel.train.process_group.start_accelerator`),
+    e.g. by a trainer that needed the rank and world size before it built its data; by default
+    one is started here.
+    """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_cfg: SyncConfig,
                  exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
-                 keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0):
-        from accelerate import Accelerator
-        from accelerate.utils import InitProcessGroupKwargs
+                 keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0,
+                 accelerator: Any = None):
+        from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
-        from .sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
-
-        cpu = cpu if cpu is not None else not torch.cuda.is_available()
         if keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={keep_checkpoints}: keep at least 1")
         if checkpoint_every_steps < 0:
             raise ConfigError(f"train.checkpoint_every_steps={checkpoint_every_steps}: use 0 (epoch ends only) or more")
-        if not collective_timeout > 0:
-            raise ConfigError(f"train.collective_timeout={collective_timeout}: seconds, > 0 (default 1800)")
-        init_process_group(cpu, timedelta(seconds=collective_timeout))
-        timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout))
-        self.accelerator = Accelerator(cpu=cpu, kwargs_handlers=[timeout])
+        self.accelerator = accelerator or start_accelerator(cpu, collective_timeout)
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.core = self.accelerator.unwrap_model(self.model)
@@ -193,8 +85,9 @@ class DistributedRun:
     def default_name(self) -> str:
         return self.sync_cfg.algorithm if self.sync is not None else ("ddp" if self.world > 1 else "single")
 
-    def describe_sync(self) -> str:
-        return f"sync periods {periods_label(self.sync_cfg)}" if self.sync is not None else "no model sync"
+    def sync_settings(self) -> dict[str, Any]:
+        """algorithm, eta, zeta, p, q, periods, warm-up, wire, resolved for this run (results.json)."""
+        return sync_settings(self.sync, self.world)
 
     def after_step(self) -> None:
         """Call after every optimizer step."""
@@ -207,17 +100,15 @@ class DistributedRun:
 
     def all_mean(self, values: list[float]) -> list[float]:
         """Mean over workers of a few scalars (every rank gets the same numbers)."""
-        t = torch.tensor(values, dtype=torch.float64)
-        if self.world > 1:
-            with guard("all-reduce", "epoch statistics", range(self.world)):
-                dist.all_reduce(t)
-            t /= self.world
-        return t.tolist()
+        return all_mean(values)
 
-    def barrier(self, what: str) -> None:
-        if self.world > 1:
-            with guard("barrier", what, range(self.world)):
-                dist.barrier()
+    def averaged_model(self) -> Optional[torch.nn.Module]:
+        """A copy of the model averaged over the replicas (the model :meth:`finish` would make
+        now), or None where the replicas are equal anyway (DDP, one worker). Neither the
+        replicas nor the synchronizer change, and the bytes are not counted as sync traffic."""
+        if self.sync is None or self.world == 1:
+            return None
+        return average_of_replicas(self.core)
 
     # -- checkpoints ----------------------------------------------------------------------
     def _write(self, epoch: int, extra: dict, epoch_end: bool) -> None:
@@ -231,7 +122,7 @@ class DistributedRun:
             "sync": self.sync.state_dict() if self.sync is not None else {},
             "ddp_counter": vars(self.ddp_counter).copy(), "rng": ckpt.rng_state(), "extra": extra,
         }, where / f"rank{self.rank}.pt", checksum=True)
-        self.barrier(f"checkpoint {where.name}")
+        barrier(f"checkpoint {where.name}")
         if self.is_main:
             ckpt.mark_done(where, epoch, self.step, self.world, epoch_end)
             ckpt.prune(self.ckpt_root, self.keep_checkpoints)
@@ -257,7 +148,7 @@ class DistributedRun:
         """Load the newest complete checkpoint every rank verified; returns (first epoch to run,
         extra state). After a mid-epoch checkpoint that is its epoch, and :meth:`start_batch`
         says where in it to continue. A corrupted newest checkpoint is reported and skipped; one
-        of another model or world size is refused (:class:`gossip_accel.checkpoint.CheckpointError`)."""
+        of another model or world size is refused (:class:`gossip_accel.train.checkpoint.CheckpointError`)."""
         found = ckpt.select(self.ckpt_root, self.world, self.accelerator.print) if enabled else None
         if found is None:
             if enabled and self.restarts:
@@ -296,13 +187,13 @@ class DistributedRun:
     def traffic(self) -> dict[str, float]:
         """Bytes sent/received and comm seconds per worker (mean over workers), and per step."""
         c = self.sync.comm.stats.total() if (self.sync is not None and self.sync.comm) else self.ddp_counter
-        sent, recv, seconds = self.all_mean([c.bytes_sent, c.bytes_recv, c.seconds])
+        sent, recv, seconds = all_mean([c.bytes_sent, c.bytes_recv, c.seconds])
         steps = max(self.step, 1)
         out = {"bytes_sent_per_worker": sent, "bytes_recv_per_worker": recv, "comm_seconds_per_worker": seconds,
                "bytes_sent_per_step_per_worker": sent / steps, "bytes_recv_per_step_per_worker": recv / steps}
         split = getattr(self.sync, "traffic_split", None)
         if split is not None:  # hierarchical: the above is between groups; add the gradients inside a group
-            (intra,) = self.all_mean([split()["intra"]])
+            (intra,) = all_mean([split()["intra"]])
             out.update({"intra_group_bytes_sent_per_worker": intra, "intra_group_bytes_sent_per_step_per_worker": intra / steps})
         return out
 
@@ -315,6 +206,7 @@ class DistributedRun:
             "restarts": self.restarts,
             "train_seconds": train_seconds, "steps_per_second": self.step / max(train_seconds, 1e-9),
             **self.traffic(), "history": history, "sync": OmegaConf.to_container(OmegaConf.structured(self.sync_cfg)),
+            "sync_settings": self.sync_settings(),
         }
 
     def save_final(self, name: str = "final.pt") -> None:

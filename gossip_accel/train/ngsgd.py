@@ -6,7 +6,7 @@
 For every ``nn.Linear`` of ``model`` a forward hook keeps the layer's input X (rows: every
 position of every sequence of the minibatch) and a hook on its output keeps the derivative
 dY of the loss. At ``step()`` the two are preconditioned separately by the layer's input and
-output :class:`~gossip_accel.optim.natural_gradient.OnlineNaturalGradient` (the input gets a
+output :class:`~gossip_accel.train.natural_gradient.OnlineNaturalGradient` (the input gets a
 column of ones for the bias, as Kaldi's NaturalGradientAffineComponent does), and the
 layer's gradient is replaced by
 

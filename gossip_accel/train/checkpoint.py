@@ -225,7 +225,7 @@ def select(root: Path, world_size: int, log: Callable[[str], None] = print) -> O
             raise CheckpointError(
                 f"{entry.path} was written by {written_by} workers, this run has {world_size}: resume with "
                 f"--num-workers {written_by}, or start a new --exp-dir (or train.resume=false); "
-                f"gossip_accel.checkpoint.average_model gives the mean of its replicas, a model any run can start from")
+                f"gossip_accel.train.checkpoint.average_model gives the mean of its replicas, a model any run can start from")
         state, problem = verify_and_load(entry.path / f"rank{rank}.pt", legacy=written_by is None)
         if state is not None and state.get("world_size", world_size) != world_size:
             state, problem = None, f"written by {state.get('world_size')} workers, this run has {world_size}"
