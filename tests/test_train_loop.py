@@ -85,7 +85,8 @@ def bmuf_run(tmp_path_factory) -> tuple[Path, Path, str]:
     cmd = ["bash", str(ROOT / "utils" / "launch.sh"), "--num-workers", "2", "--port", str(free_port()), "--",
            "-m", "gossip_accel.bin.train_lm", "--config", str(CONF / "mini.yaml"), "--config",
            str(CONF / "period_16_128.yaml"), "--exp-dir", str(exp), f"data.dir={d}", "sync.algorithm=bmuf",
-           "sync.block_momentum=null", "train.warmup_epochs=0.5", *TINY]
+           "sync.block_momentum=null", "sync.warmup_steps=0", "sync.warmup_period=1",
+           "sync.exchange_dtype=float32", "train.warmup_epochs=0.5", *TINY]
     proc = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return d, exp, proc.stdout + proc.stderr

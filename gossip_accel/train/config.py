@@ -67,7 +67,7 @@ def warmup_in_steps(sync_cfg: SyncConfig, warmup_epochs: Optional[float], steps_
         return sync_cfg
     if sync_cfg.warmup_steps:
         raise ConfigError(f"train.warmup_epochs={warmup_epochs} and sync.warmup_steps={sync_cfg.warmup_steps} "
-                          "both set the warm-up: give one of them")
+                          "both set the warm-up: give one of them (add sync.warmup_steps=0 when a conf sets steps)")
     if warmup_epochs < 0:
         raise ConfigError(f"train.warmup_epochs={warmup_epochs} must be >= 0 (or null: use sync.warmup_steps)")
     cfg = dataclasses.replace(sync_cfg, warmup_steps=int(round(warmup_epochs * steps_per_epoch)))
