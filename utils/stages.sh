@@ -98,9 +98,6 @@ run_dir() {  # run_dir ALGO -> the run's exp dir
   esac
   echo "$exp/$run_prefix$name${tag:+-$tag}"
 }
-runs=()
-for __st_algo in $algorithms; do runs+=("$(run_dir "$__st_algo")"); done
-unset __st_algo
 
 finished_runs() {  # finished_runs -> every run of <exp> named <run_prefix>... with a results.json (any algorithm, any tag)
   local f
