@@ -34,8 +34,8 @@ help_message="Usage: ./run.sh [options] [-- trainer overrides, e.g. train.lr=2e-
 __st_utils=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 . "$__st_utils/log.sh"
 
-# The options of local/data.sh that the stage scripts lack are handed to it (in data_args).
-declare -a data_args=()
+# The options of local/data.sh that the stage scripts lack are handed to it (in corpus_opts).
+declare -a corpus_opts=()
 if [ -x local/data.sh ]; then
   __st_help=$(local/data.sh --help) || die "local/data.sh --help failed"
   __st_data_opts=" $(sed -n 's/^  --\([A-Za-z0-9-]*\) <.*/\1/p' <<< "$__st_help" | tr '\n' ' ') "
@@ -49,8 +49,8 @@ if [ -x local/data.sh ]; then
       *) break ;;
     esac
     __st_name=${__st_name#--}; __st_var=${__st_name//-/_}
-    if [[ $__st_var =~ ^[A-Za-z][A-Za-z0-9_]*$ ]] && [ -z "${!__st_var+x}" ] && [[ $__st_data_opts == *" $__st_name "* ]]; then
-      data_args+=("${@:1:__st_n}")
+    if [[ "$__st_var" =~ ^[A-Za-z][A-Za-z0-9_]*$ ]] && [ -z "${!__st_var+x}" ] && [[ "$__st_data_opts" == *" $__st_name "* ]]; then
+      corpus_opts+=("${@:1:__st_n}")
     else
       __st_rest+=("${@:1:__st_n}")
     fi
@@ -86,7 +86,7 @@ data_prep() {  # data_prep FIRST LAST ARGS...: local/data.sh ARGS (and its optio
   [ "$stage" -le "$last" ] && [ "$stop_stage" -ge "$first" ] || return 0
   [ -x local/data.sh ] || die "local/data.sh is missing (or not executable): the recipe's data preparation (docs/RECIPES.md)"
   log "Stage $first$([ "$first" = "$last" ] || echo "-$last"): local/data.sh $*"
-  local/data.sh ${data_args[@]+"${data_args[@]}"} "$@"
+  local/data.sh ${corpus_opts[@]+"${corpus_opts[@]}"} "$@"
 }
 
 run_dir() {  # run_dir ALGO -> the run's exp dir
@@ -110,7 +110,7 @@ restarts_of() {  # restarts_of RESULTS_JSON -> the trainer's restart count
 }
 
 train_runs() {  # train_runs MODULE TRAINER_ARGS...: stage $train_stage, one run per --algorithms entry
-  local module=$1 algo dir workers train_log nodes sync_args
+  local module=$1 algo dir workers on train_log nodes sync_args
   shift
   for algo in $algorithms; do
     dir=$(run_dir "$algo")
@@ -127,8 +127,9 @@ train_runs() {  # train_runs MODULE TRAINER_ARGS...: stage $train_stage, one run
     mkdir -p "$dir"
     train_log=$dir/train.log
     [ "$node_rank" = 0 ] || train_log=$dir/train.node$node_rank.log
-    log "Stage $train_stage: training '$algo' on $workers worker(s)$([ ${#nodes[@]} -gt 0 ] && [ "$num_nodes" -gt 1 ] \
-      && echo " x $num_nodes nodes (this is node $node_rank)") ($launcher) -> $dir (log: $train_log)"
+    on="$workers worker(s)"
+    [ ${#nodes[@]} -eq 0 ] || [ "$num_nodes" -eq 1 ] || on+=" x $num_nodes nodes (this is node $node_rank)"
+    log "Stage $train_stage: training '$algo' on $on ($launcher) -> $dir (log: $train_log)"
     "$utils_dir/launch.sh" --num-workers "$workers" ${nodes[@]+"${nodes[@]}"} --launcher "$launcher" --port "$port" \
       --max-restarts "$max_restarts" -- -m "$module" --exp-dir "$dir" --name "$(basename "$dir")" "$@" \
       "${sync_args[@]}" ${extra[@]+"${extra[@]}"} 2>&1 | tee -a "$train_log" | grep --line-buffered "^\[${module##*.}\]" || true
