@@ -40,6 +40,8 @@
 __po_caller=${BASH_SOURCE[1]-}     # the script that sourced this file ...
 __po_callers=("${BASH_SOURCE[@]:1}")                        # ... it and the scripts that sourced it
 __po_caller_lines=("${BASH_LINENO[@]:0:${#__po_callers[@]}}")  # ... and the lines they did so on
+__po_script=$0                                              # the script that was run: named in errors
+[ ${#__po_callers[@]} -eq 0 ] || __po_script=${__po_callers[${#__po_callers[@]}-1]:-$0}
 __po_keep=${keep_unknown_options:-false}
 __po_kept=()
 
@@ -76,13 +78,13 @@ __po_print_options() {
 }
 
 __po_die() {
-  echo "$(basename -- "${__po_caller:-$0}"): ERROR: $*" >&2
+  echo "$(basename -- "$__po_script"): ERROR: $*" >&2
   exit 1
 }
 
 __po_unknown() {
   {
-    echo "$(basename -- "${__po_caller:-$0}"): ERROR: unknown option --$1"
+    echo "$(basename -- "$__po_script"): ERROR: unknown option --$1"
     echo "Valid options are:"
     __po_print_options
     echo "Run with --help for usage."
@@ -154,6 +156,6 @@ while [ $# -gt 0 ]; do
 done
 
 [ ${#__po_kept[@]} -eq 0 ] || set -- "${__po_kept[@]}" "$@"
-unset __po_i __po_arg __po_cfg __po_opt __po_val __po_name __po_caller __po_callers __po_caller_lines __po_keep __po_kept
+unset __po_i __po_arg __po_cfg __po_opt __po_val __po_name __po_caller __po_callers __po_caller_lines __po_script __po_keep __po_kept
 unset -f __po_list_options __po_print_options __po_die __po_unknown
 true
