@@ -20,7 +20,7 @@ stop_stage=100          # last stage to run
 algorithms=gossip_bmuf  # one run each: single (1 worker), ddp (all-reduce every step), or any sync.algorithm (ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf ...)
 tag=""                  # appended to every run name (<run>-<tag>): variants of one algorithm side by side, e.g. --tag eta075 -- sync.block_momentum=0.75
 baseline=ddp            # the comparison's reference: ddp (if run, else single), single, or a run name; never a run against itself
-epochs=""               # overrides the conf's number of epochs
+epochs=""               # overrides the conf's number of epochs (LM train.epochs, ASR train.max_epochs)
 num_workers=4           # worker processes per node (one per GPU on GPU machines)
 ngpu=""                 # same as --num-workers
 num_nodes=1             # machines; run the same command on each with its --node-rank (utils/slurm.sh does it under Slurm)
