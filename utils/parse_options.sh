@@ -41,7 +41,7 @@ __po_caller=${BASH_SOURCE[1]-}     # the script that sourced this file ...
 __po_callers=("${BASH_SOURCE[@]:1}")                        # ... it and the scripts that sourced it
 __po_caller_lines=("${BASH_LINENO[@]:0:${#__po_callers[@]}}")  # ... and the lines they did so on
 __po_script=$0                                              # the script that was run: named in errors
-[ ${#__po_callers[@]} -eq 0 ] || __po_script=${__po_callers[${#__po_callers[@]}-1]:-$0}
+[ "${#__po_callers[@]}" -eq 0 ] || __po_script=${__po_callers[${#__po_callers[@]}-1]}
 __po_keep=${keep_unknown_options:-false}
 __po_kept=()
 
