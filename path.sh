@@ -1,5 +1,6 @@
 # Source me (". ./path.sh"): creates the project's environment once, then activates it.
-GOSSIP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# the project root from this file's real location (-P: not the recipe dir a `utils` link was reached through)
+GOSSIP_ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd -P)
 "$GOSSIP_ROOT/utils/setup_env.sh" || { echo "path.sh: environment setup failed" >&2; return 1 2>/dev/null || exit 1; }
 export GOSSIP_ROOT
 export PATH="${GOSSIP_VENV:-$GOSSIP_ROOT/.venv}/bin:$GOSSIP_ROOT/utils:$PATH"

@@ -6,6 +6,7 @@
 #   ./run.sh --tasks asr                                # the ASR part only
 #   ./run.sh --algorithms "single bmuf gossip_bmuf"     # other methods for the LM
 #   ./run.sh --stage 2 -- sync.q=2                      # LM from training on, with trainer overrides
+#   ./run.sh --stage 2 --algorithms gossip_bmuf --tag eta075 -- sync.block_momentum=0.75   # a variant, compared with the rest
 #   ./run.sh --tasks asr --asr-opts "--stage 4" --asr-overrides "train.max_epochs=20"
 #
 # LM (recipes/wikitext103/lm1, the gossip-BMUF paper's setup scaled down):
@@ -23,6 +24,7 @@ tasks="lm asr"         # lm, asr or both
 num_workers=4
 launcher=accelerate
 port=29511             # the ASR part uses port+30
+tag=""                 # appended to the run names (<run>-<tag>): a variant beside the untagged runs
 # LM part
 stage=0
 stop_stage=100
@@ -51,7 +53,7 @@ if [[ " $tasks " == *" lm "* ]]; then
   log "LM quick start: $lm/run.sh (stages $stage..$stop_stage; results in $lm/$exp/compare/RESULTS.md)"
   $lm/run.sh --stage "$stage" --stop-stage "$stop_stage" --num-workers "$num_workers" \
     --algorithms "$algorithms" --epochs "$epochs" --launcher "$launcher" --port "$port" \
-    --data "$data" --exp "$exp" -- "$@"
+    --data "$data" --exp "$exp" --tag "$tag" -- "$@"
   [ -f "$lm/$exp/compare/RESULTS.md" ] && cat "$lm/$exp/compare/RESULTS.md"
 fi
 
@@ -61,7 +63,7 @@ if [[ " $tasks " == *" asr "* ]]; then
   read -r -a overrides <<< "$asr_overrides"
   log "ASR quick start: $asr_dir/run.sh (results in $asr_dir/$exp/RESULTS.md)"
   "$asr_dir/run.sh" --num-workers "$num_workers" --algorithms "$asr_algorithms" --launcher "$launcher" \
-    --port $((port + 30)) --exp "$exp" ${opts[@]+"${opts[@]}"} -- ${overrides[@]+"${overrides[@]}"}
+    --port $((port + 30)) --exp "$exp" --tag "$tag" ${opts[@]+"${opts[@]}"} -- ${overrides[@]+"${overrides[@]}"}
   [ -f "$asr_dir/$exp/RESULTS.md" ] && cat "$asr_dir/$exp/RESULTS.md"
 fi
 log "Done."

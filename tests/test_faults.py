@@ -252,10 +252,15 @@ def test_timeout_and_lost_peer_errors_name_operation_component_and_ranks():
 
 
 def test_recipes_and_stage_drivers_expose_max_restarts():
-    for script in [ROOT / "utils" / "run_lm.sh", ROOT / "utils" / "run_asr.sh", *sorted(ROOT.glob("recipes/*/*/run.sh"))]:
-        text = script.read_text()
-        assert re.search(r"^max_restarts=0\b", text, re.M), f"{script}: no --max-restarts option"
-        assert '--max-restarts "$max_restarts"' in text, f"{script}: does not pass --max-restarts on"
+    # declared once, in the options every recipe shares, and passed on to the launcher there
+    shared = (ROOT / "utils" / "stages.sh").read_text()
+    assert re.search(r"^max_restarts=0\b", shared, re.M), "utils/stages.sh: no --max-restarts option"
+    assert '--max-restarts "$max_restarts"' in shared, "utils/stages.sh: does not pass --max-restarts on"
+    for driver in ("run_lm.sh", "run_asr.sh"):
+        assert "/stages.sh\"" in (ROOT / "utils" / driver).read_text(), f"utils/{driver} does not source utils/stages.sh"
+    for script in sorted(ROOT.glob("recipes/*/*/run.sh")):
+        r = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and re.search(r"--max-restarts .*default: 0", r.stdout), f"{script}: no --max-restarts option"
     bad = subprocess.run(["bash", str(ROOT / "utils" / "launch.sh"), "--max-restarts", "two", "--", "x.py"],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "--max-restarts must be integers" in bad.stderr

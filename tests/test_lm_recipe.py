@@ -107,3 +107,15 @@ def test_two_worker_recipe_run_and_exact_resume(tmp_path):
     b = torch.load(part / "final.pt", weights_only=True)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+    # a tagged variant of the same algorithm sits beside the untagged run; the comparison holds both,
+    # and without a DDP or single run it has no baseline (no run compared with itself)
+    tagged = run_recipe(tmp_path, "--stage", "2", "--algorithms", "bmuf", "--num-workers", "2", "--epochs", "1",
+                        "--tag", "lr05", "--exp", str(tmp_path / "exp"), "--", *TINY, "train.lr=0.05")
+    assert tagged.returncode == 0, tagged.stdout[-2000:] + tagged.stderr[-4000:]
+    variant = json.loads((tmp_path / "exp" / "bmuf-16_128-n2-lr05" / "results.json").read_text())
+    assert variant["name"] == "bmuf-16_128-n2-lr05" and variant["epochs"] == 1
+    assert json.loads((full / "results.json").read_text()) == res          # the untagged run is untouched
+    table = (tmp_path / "exp" / "compare" / "RESULTS.md").read_text()
+    assert "| bmuf-16_128-n2 | 2 |" in table and "| bmuf-16_128-n2-lr05 | 2 |" in table
+    assert "No baseline" in table and " vs " not in table

@@ -6,6 +6,9 @@
   conf/ loads with the trainer's loader and no overrides (a dry run: structured config, types,
   the sync section validated), plus the sync period confs of LM recipes;
 * ``run.sh --help`` exits 0 and lists its options;
+* its run.sh holds only the corpus (ESPnet's shape): a short file that execs the shared stage
+  script with "$@", declares none of the shared options (utils/stages.sh declares them once), and
+  a local/data.sh does the data preparation; a misspelled option is refused, naming it;
 * utils/new_recipe.sh makes a recipe (in tmp, and under recipes/) that passes the same checks
   and whose run.sh --help works.
 """
@@ -95,6 +98,38 @@ def check_recipe(recipe: Path, template: Path) -> None:
 @pytest.mark.parametrize("recipe", RECIPES, ids=[str(r.relative_to(ROOT / "recipes")) for r in RECIPES])
 def test_recipe_matches_template(recipe):
     check_recipe(recipe, TEMPLATE[kind(recipe)])
+
+
+SHARED_OPTIONS = set(re.findall(r"^([a-z][a-z0-9_]*)=", (ROOT / "utils" / "stages.sh").read_text(), re.M)) - {"help_message"}
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[str(r.relative_to(ROOT / "recipes")) for r in RECIPES])
+def test_run_sh_holds_only_the_corpus(recipe):
+    text = (recipe / "run.sh").resolve().read_text()
+    assert len(text.splitlines()) <= 40, f"{recipe}/run.sh: {len(text.splitlines())} lines (the stages belong in utils/)"
+    assert re.search(rf"^exec utils/run_{kind(recipe)}\.sh .*\"\$@\"(\s+#.*)?$", text, re.M | re.S), \
+        f"{recipe}/run.sh does not exec utils/run_{kind(recipe)}.sh with \"$@\""
+    declared = set(re.findall(r"^([a-z][a-z0-9_]*)=", text, re.M))
+    assert not declared & SHARED_OPTIONS, f"{recipe}/run.sh declares shared options {declared & SHARED_OPTIONS}"
+    assert os.access(recipe / "local" / "data.sh", os.X_OK), f"{recipe}/local/data.sh missing or not executable"
+    typo = subprocess.run(["bash", str(recipe / "run.sh"), "--num-wrokers", "3"], capture_output=True, text=True,
+                          timeout=60)
+    assert typo.returncode == 1 and "unknown option --num-wrokers" in typo.stderr, typo.stderr
+
+
+def test_options_of_local_data_sh_are_options_of_run_sh():
+    """./run.sh --help lists the corpus's options (those of local/data.sh) beside the shared ones."""
+    for recipe, opts in ((ROOT / "recipes" / "librispeech" / "asr1", ["--librispeech-root", "--mini-train-utts"]),
+                         (ROOT / "recipes" / "swbd" / "asr1", ["--swbd-root", "--eval2000-speech", "--dev-utts"]),
+                         (ROOT / "recipes" / "wikitext103" / "lm1", ["--wikitext-root"]),
+                         (ROOT / "recipes" / "gutenberg" / "lm1", ["--books", "--min-count"]),
+                         (TEMPLATE["asr"], ["--corpus-root", "--train-utts"])):
+        r = subprocess.run(["bash", str(recipe / "run.sh"), "--help"], capture_output=True, text=True, timeout=60)
+        corpus, shared = r.stdout.split("Options (current default values):")
+        for o in opts:
+            assert f"  {o} <" in corpus, (recipe, o, r.stdout)
+        for o in ("--stage", "--tag", "--baseline", "--num-nodes", "--max-restarts"):
+            assert f"  {o} <" in shared, (recipe, o)
 
 
 def test_every_recipe_is_checked():

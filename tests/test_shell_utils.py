@@ -154,3 +154,61 @@ def test_die_logs_and_exits_1(tmp_path):
     assert r.returncode == 1
     assert "unreachable" not in r.stdout
     assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] \(run\.sh:4\) .*bad thing$", r.stderr, re.M), r.stderr
+
+
+# ---------------------------------------------------------------- the utils from a recipe dir, fresh shell
+RECIPE_DIRS = {"asr": REPO / "recipes" / "librispeech" / "asr1", "lm": REPO / "recipes" / "wikitext103" / "lm1"}
+
+
+def fresh_shell(cwd: Path, *cmd: str) -> subprocess.CompletedProcess:
+    """``cmd`` in ``cwd`` with a clean environment (no path.sh sourced, no venv on PATH)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    return subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in env.items()), "bash", *cmd], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    d = tmp_path / "data" / "x"
+    d.mkdir(parents=True)
+    (d / "wav.scp").write_text("spk1-u1 /nowhere/u1.wav\nspk1-u2 /nowhere/u2.wav\n")
+    (d / "text").write_text("spk1-u1 HELLO\nspk1-u2 WORLD\n")
+    (d / "utt2spk").write_text("spk1-u1 spk1\nspk1-u2 spk1\n")
+    (d / "spk2utt").write_text("spk1 spk1-u1 spk1-u2\n")
+    return d
+
+
+@pytest.mark.parametrize("tool", ["validate_data_dir.sh", "fix_data_dir.sh"])
+def test_data_dir_tools_from_a_recipe_dir_in_a_fresh_shell(tool, data_dir):
+    r = fresh_shell(RECIPE_DIRS["asr"], f"utils/{tool}", "--check-audio", "false", str(data_dir))
+    assert r.returncode == 0, r.stderr
+    assert "No such file" not in r.stderr
+    # one line says what it did and why: the project's environment (the top level's), not the recipe dir's
+    assert f"{tool}: python cannot import gossip_accel: using {REPO}/.venv (. {REPO}/path.sh)" in r.stderr, r.stderr
+
+
+def test_launch_from_a_recipe_dir_in_a_fresh_shell(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("import gossip_accel, sys; print('launched', sys.argv[1])\n")
+    r = fresh_shell(RECIPE_DIRS["lm"], "utils/launch.sh", "--num-workers", "1", "--", str(script), "ok")
+    assert r.returncode == 0, r.stderr
+    assert "launched ok" in r.stdout
+    assert f"launch.sh: accelerate is not on PATH: using {REPO}/.venv" in r.stderr, r.stderr
+
+
+def test_launch_refuses_to_build_the_environment_by_surprise(tmp_path):
+    """No environment yet: launch.sh names the command that builds it instead of building ~6 GB."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "GOSSIP_VENV": str(tmp_path / "venv")}
+    r = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in env.items()), "bash", "utils/launch.sh", "--", "x.py"],
+                       cwd=RECIPE_DIRS["lm"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert f"set it up once with '. {REPO}/path.sh'" in r.stderr and "6 GB" in r.stderr, r.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize("kind", ["asr", "lm"])
+def test_stage_scripts_and_recipe_help_in_a_fresh_shell(kind):
+    recipe = RECIPE_DIRS[kind]
+    for cmd in (["run.sh", "--help"], [f"utils/run_{kind}.sh", "--help"]):
+        r = fresh_shell(recipe, *cmd)
+        assert r.returncode == 0 and "--num-workers" in r.stdout and "--tag" in r.stdout, (cmd, r.stderr)

@@ -2,13 +2,20 @@
 # The Debian packages the recipes and tests use beyond Python: flite (the mini corpora's voices),
 # iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl), ffmpeg
 # (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads).
-# Installs what is missing when run as root (apt-get, without recommends); otherwise says what to
-# install and fails, because the tests need them (none is skipped for want of a package).
-# Idempotent: a no-op when all are there.
+#
+#   utils/install_system_deps.sh            # every command below (utils/run_tests.sh: the tests need all)
+#   utils/install_system_deps.sh flite      # only these commands (a recipe's local/data.sh: its mini corpus)
+#
+# Installs the packages of the missing commands when run as root (apt-get, without recommends);
+# otherwise says what to install and fails (no test is skipped for want of a package). A no-op when
+# all are there.
 set -euo pipefail
 declare -A need=([flite]=flite [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg)
+cmds=("$@")
+[ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()
-for cmd in "${!need[@]}"; do
+for cmd in "${cmds[@]}"; do
+  [ -n "${need[$cmd]+x}" ] || { echo "install_system_deps: unknown command '$cmd' (known: ${!need[*]})" >&2; exit 1; }
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
@@ -18,4 +25,5 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   exit 1
 fi
 echo "install_system_deps: apt-get install $pkgs" >&2
-{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs; } >&2
+{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs; } >&2 \
+  || { echo "install_system_deps: could not install $pkgs- install them with 'apt-get install $pkgs'" >&2; exit 1; }

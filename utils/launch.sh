@@ -42,8 +42,9 @@ help_message="Usage: utils/launch.sh [options] -- <python args: -m module or scr
 case $num_workers$num_nodes$node_rank$max_restarts in *[!0-9]*) echo "launch.sh: --num-workers, --num-nodes, --node-rank and --max-restarts must be integers" >&2; exit 1 ;; esac
 [ "$num_nodes" -ge 1 ] && [ "$num_workers" -ge 1 ] || { echo "launch.sh: --num-workers and --num-nodes must be >= 1" >&2; exit 1; }
 [ "$node_rank" -lt "$num_nodes" ] || { echo "launch.sh: --node-rank $node_rank must be below --num-nodes $num_nodes" >&2; exit 1; }
-# called outside a recipe (path.sh not sourced): use the project's environment
-command -v "$launcher" >/dev/null 2>&1 || . "$(dirname "${BASH_SOURCE[0]}")/../path.sh"
+# called outside a recipe (path.sh not sourced): the project's environment (utils/project_env.sh)
+command -v "$launcher" >/dev/null 2>&1 \
+  || . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/project_env.sh" "$launcher is not on PATH"
 total=$((num_workers * num_nodes))
 
 case $launcher in

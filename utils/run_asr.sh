@@ -1,43 +1,38 @@
 #!/usr/bin/env bash
-# The shared ASR stages of every ASR recipe, after its own data preparation (stages 0-1):
+# The stages of every ASR recipe (a recipe's run.sh gives its corpus's defaults and execs this):
+#   0 local/data.sh (the corpus's: Kaldi data dirs data/<train-set>, <dev-set>, <test-sets>)
+#   1 validate the data dirs (utils/validate_data_dir.sh; utils/fix_data_dir.sh when needed)
 #   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
 #   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
 #     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts
-#   6 decode every test set (--decode-methods: greedy, beam, beam_lm)   7 RESULTS.md: a WER/CER row per run, set, method
+#   6 decode every test set (--decode-methods: greedy, beam, beam_lm)
+#   7 <exp>/RESULTS.md: a WER/CER row per finished run of the model (any algorithm, any tag), set, method
 #
-#   utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
-#       --conf conf/train_dnn.yaml --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- overrides]
+#   ./run.sh --stage 4 --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- trainer overrides]
+#   ./run.sh --stage 4 --algorithms gossip_bmuf --tag eta075 -- sync.block_momentum=0.75   # beside the untagged run
 #
-# Every stage skips work that is done (.done markers); training resumes from its last checkpoint
-# (epoch ends, and every train.checkpoint_every_steps steps). --max-restarts N: a worker that
-# dies or hangs (train.collective_timeout) makes the launcher restart the job by itself, up to
-# N times; the count is logged after training and written to results.json ("restarts").
-# Several machines: run the same command on each with --num-nodes N --node-rank R --master-addr
-# <node 0> (utils/launch.sh; utils/slurm.sh does it under Slurm); --num-workers is per node. A
-# node with --node-rank > 0 runs stage 4 only (its workers join node 0's job), logging to
-# <run>/train.node<R>.log; node 0 runs every stage.
+# The options every recipe shares (stages, algorithms, --tag, workers, nodes, launcher, port,
+# restarts, exp) are declared once in utils/stages.sh; ./run.sh --help lists them all, with the
+# corpus's own (those of local/data.sh). Every stage skips work that is done (.done markers);
+# training resumes from its last checkpoint (epoch ends, and every train.checkpoint_every_steps
+# steps). --max-restarts N: a worker that dies or hangs (train.collective_timeout) makes the
+# launcher restart the job by itself, up to N times; the count is logged after training and
+# written to results.json ("restarts"). Several machines: run the same command on each with
+# --num-nodes N --node-rank R --master-addr <node 0> (utils/launch.sh; utils/slurm.sh does it under
+# Slurm); --num-workers is per node. A node with --node-rank > 0 runs stage 4 only (its workers
+# join node 0's job), logging to <run>/train.node<R>.log; node 0 runs every stage.
 set -euo pipefail
-stage=2
-stop_stage=7
-train_set=train_clean_100
-dev_set=dev_clean
-test_sets="test_clean test_other"
+train_set=train
+dev_set=dev
+test_sets=test
 nj=2
-num_mel_bins=80
 sample_rate=16000        # of the audio (8000 for telephone speech: Switchboard)
+num_mel_bins=80
 allow_pipes=false        # true: run Kaldi pipes of wav.scp ("sph2pipe ... |") with bash; false refuses them
 unit_type=bpe            # bpe | char
 vocab_size=300           # BPE only
-conf=conf/train_dnn.yaml
-algorithms=gossip_bmuf   # single ddp ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf
-num_workers=4            # per node
-num_nodes=1
-node_rank=0
-master_addr=127.0.0.1
-launcher=accelerate
-port=29541
-max_restarts=0
+conf=conf/train_dnn.yaml # the model conf: runs are named <exp>/<conf name without train_>_<algorithm>-n<workers>
 use_lm=true
 lm_conf=conf/lm_units.yaml
 lm_text=""               # plain-text LM corpus; empty: data/<train-set>/text
@@ -46,38 +41,28 @@ beam=8
 lm_weight=0.5
 insertion_bonus=1.0
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
-exp=exp
-help_message="Usage: utils/run_asr.sh [options] [-- trainer overrides]"
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-. "$here/log.sh"
-. "$here/parse_options.sh"
-[ "${1:-}" = "--" ] && shift
-extra=("$@")
+declare train_stage=4   # (not options: what utils/stages.sh needs to know)
+declare epochs_key=train.max_epochs
+. "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
 [ -f "$conf" ] || die "--conf $conf not found"
 if [ "$unit_type" = char ]; then lang=data/lang_char; units_args=(--unit-type char)
 else lang=data/lang_${unit_type}${vocab_size}; units_args=(--unit-type "$unit_type" --vocab-size "$vocab_size"); fi
-tag=$(basename "$conf" .yaml); tag=${tag#train_}
+run_prefix=$(basename "$conf" .yaml); run_prefix=${run_prefix#train_}_
+run_periods=""
+runs=()
+for algo in $algorithms; do runs+=("$(run_dir "$algo")"); done
 
-total_workers=$((num_workers * num_nodes))
-run_dir() {
-  case $1 in
-    single) echo "$exp/${tag}_single-n1" ;;
-    ddp) echo "$exp/${tag}_ddp-n$total_workers" ;;
-    *) echo "$exp/${tag}_$1-n$total_workers" ;;
-  esac
-}
-if [ "$node_rank" != 0 ]; then
-  # a worker node: only the training stage, whose workers join node 0's job
-  [ $stage -le 4 ] && [ $stop_stage -ge 4 ] || { log "node $node_rank: nothing to do outside stage 4"; exit 0; }
-  stage=4
-  stop_stage=4
+data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets"
+
+if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
+  for d in $train_set $dev_set $test_sets; do
+    [ -d "data/$d" ] || die "data/$d not found: local/data.sh must create it"
+    log "Stage 1: validating data/$d"
+    "$utils_dir/validate_data_dir.sh" "data/$d" || { log "  data/$d has problems (listed above): fixing"; "$utils_dir/fix_data_dir.sh" "data/$d"; }
+  done
 fi
-multinode=(--num-nodes "$num_nodes" --node-rank "$node_rank" --master-addr "$master_addr")
-restarts_of() {  # restarts_of RESULTS_JSON -> the trainer's restart count
-  python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("restarts", 0))' "$1"
-}
 
-if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
+if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
   for x in $train_set $dev_set $test_sets; do
     if [ -f "data/$x/.fbank.done" ]; then log "Stage 2: data/$x has features"; continue; fi
     log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
@@ -88,7 +73,7 @@ if [ $stage -le 2 ] && [ $stop_stage -ge 2 ]; then
   python -m gossip_accel.bin.compute_cmvn --data "data/$train_set"
 fi
 
-if [ $stage -le 3 ] && [ $stop_stage -ge 3 ]; then
+if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
   if [ -f "$lang/.done" ]; then
     log "Stage 3: $lang exists"
   else
@@ -98,43 +83,13 @@ if [ $stage -le 3 ] && [ $stop_stage -ge 3 ]; then
   fi
 fi
 
-if [ $stage -le 4 ] && [ $stop_stage -ge 4 ]; then
-  for algo in $algorithms; do
-    dir=$(run_dir "$algo")
-    if [ -f "$dir/.done" ]; then log "Stage 4: $dir already trained"; continue; fi
-    workers=$num_workers
-    nodes=("${multinode[@]}")
-    case $algo in
-      single) workers=1; nodes=(); sync_args=(sync.enabled=false)
-        [ "$node_rank" = 0 ] || { log "Stage 4: node $node_rank: 'single' runs on node 0 only"; continue; } ;;
-      ddp) sync_args=(sync.enabled=false) ;;
-      *) sync_args=(sync.algorithm="$algo") ;;
-    esac
-    mkdir -p "$dir"
-    train_log=$dir/train.log
-    [ "$node_rank" = 0 ] || train_log=$dir/train.node$node_rank.log
-    log "Stage 4: training $tag with '$algo' on $workers worker(s)$([ ${#nodes[@]} -gt 0 ] && [ $num_nodes -gt 1 ] && echo " x $num_nodes nodes (this is node $node_rank)") -> $dir (log: $train_log)"
-    "$here/launch.sh" --num-workers "$workers" ${nodes[@]+"${nodes[@]}"} --launcher "$launcher" --port "$port" \
-      --max-restarts "$max_restarts" -- \
-      -m gossip_accel.bin.train_asr --config "$conf" --exp-dir "$dir" --name "$(basename "$dir")" \
-      data.train="data/$train_set" data.valid="data/$dev_set" data.lang="$lang" "${sync_args[@]}" \
-      ${extra[@]+"${extra[@]}"} 2>&1 | tee -a "$train_log" | grep --line-buffered '^\[train_asr\]' || true
-    if [ "$node_rank" != 0 ]; then
-      log "Stage 4: node $node_rank: its workers finished (node 0 writes $dir/results.json)"
-      continue
-    fi
-    if [ ! -f "$dir/results.json" ]; then
-      grep -E 'Error|error:' "$dir/train.log" | grep -v Warning | sort -u | tail -n 5 >&2 || true
-      die "training '$algo' failed; see $dir/train.log"
-    fi
-    log "Stage 4: '$algo' trained; restarts after a failed worker: $(restarts_of "$dir/results.json")"
-    touch "$dir/.done"
-  done
+if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
+  train_runs gossip_accel.bin.train_asr --config "$conf" data.train="data/$train_set" data.valid="data/$dev_set" data.lang="$lang"
 fi
 
 lm_dir=$exp/lm_$(basename "$lang")
 lm_data=data/lm_$(basename "$lang")
-if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ]; then
   if [ -f "$lm_dir/.done" ]; then
     log "Stage 5: $lm_dir already trained"
   else
@@ -149,7 +104,7 @@ if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
     python -m gossip_accel.bin.units_text --lang-dir "$lang" --text "data/$dev_set/text" --out "$lm_data/src/wiki.valid.tokens"
     python -m gossip_accel.bin.prepare_lm --src "$lm_data/src" --out "$lm_data/lm"
     mkdir -p "$lm_dir"
-    "$here/launch.sh" --num-workers 1 --launcher "$launcher" --port "$port" -- \
+    "$utils_dir/launch.sh" --num-workers 1 --launcher "$launcher" --port "$port" -- \
       -m gossip_accel.bin.train_lm --config "$lm_conf" --exp-dir "$lm_dir" data.dir="$lm_data/lm" sync.enabled=false \
       2>&1 | tee -a "$lm_dir/train.log" | grep --line-buffered '^\[train_lm\]' || true
     [ -f "$lm_dir/results.json" ] || die "LM training failed; see $lm_dir/train.log"
@@ -157,9 +112,8 @@ if [ $stage -le 5 ] && [ $stop_stage -ge 5 ] && [ "$use_lm" = true ]; then
   fi
 fi
 
-if [ $stage -le 6 ] && [ $stop_stage -ge 6 ]; then
-  for algo in $algorithms; do
-    dir=$(run_dir "$algo")
+if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
+  for dir in "${runs[@]}"; do
     for x in $test_sets; do
       for m in $decode_methods; do
         out=$dir/decode_${x}_$m
@@ -181,9 +135,9 @@ if [ $stage -le 6 ] && [ $stop_stage -ge 6 ]; then
   done
 fi
 
-if [ $stage -le 7 ] && [ $stop_stage -ge 7 ]; then
-  log "Stage 7: $exp/RESULTS.md"
-  dirs=()
-  for algo in $algorithms; do dirs+=("$(run_dir "$algo")"); done
-  python -m gossip_accel.bin.asr_report --out "$exp/RESULTS.md" "${dirs[@]}"
+if [ "$stage" -le 7 ] && [ "$stop_stage" -ge 7 ]; then
+  mapfile -t done_runs < <(finished_runs)
+  [ ${#done_runs[@]} -gt 0 ] || die "Stage 7: no finished run of $run_prefix* in $exp (stage 4 first)"
+  log "Stage 7: the ${#done_runs[@]} finished ${run_prefix%_} runs of $exp -> $exp/RESULTS.md (baseline: $baseline)"
+  python -m gossip_accel.bin.asr_report --out "$exp/RESULTS.md" --baseline "$baseline" "${done_runs[@]}"
 fi

@@ -2,10 +2,12 @@
 # Create the project's virtual environment once and install the pinned requirements.
 #
 # Usage: utils/setup_env.sh            (or `. path.sh`, which calls it)
+#        utils/setup_env.sh --check    exit 0 if the environment is up to date, 1 if it would be
+#                                      (re)built; builds nothing (utils/project_env.sh asks it)
 # Idempotent: a stamp file records the hash of requirements.txt + pyproject.toml; when it
 # matches, this returns in well under a second. Override the location with GOSSIP_VENV.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.." && pwd -P)
 venv="${GOSSIP_VENV:-$root/.venv}"
 python=${PYTHON:-python3}
 stamp=$venv/.gossip_accel_stamp
@@ -14,6 +16,7 @@ want=$(cat "$root/requirements.txt" "$root/pyproject.toml" | sha256sum | cut -d'
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   exit 0
 fi
+[ "${1:-}" != --check ] || exit 1
 
 echo "[setup_env] creating/updating $venv (pinned versions from requirements.txt; ~2 min the first time)" >&2
 "$python" -c 'import sys; assert sys.version_info >= (3, 10), "gossip_accel needs Python >= 3.10"' \

@@ -17,8 +17,9 @@ check_audio=true
 help_message="Usage: utils/validate_data_dir.sh [options] <data-dir>"
 . "$(dirname "${BASH_SOURCE[0]}")/parse_options.sh"
 [ $# -eq 1 ] || { echo "$help_message" >&2; exit 1; }
-# called outside a recipe (path.sh not sourced): use the project's environment
-python -c 'import gossip_accel' >/dev/null 2>&1 || . "$(dirname "${BASH_SOURCE[0]}")/../path.sh"
+# called outside a recipe (path.sh not sourced): the project's environment (utils/project_env.sh)
+python -c 'import gossip_accel' >/dev/null 2>&1 \
+  || . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/project_env.sh" "python cannot import gossip_accel"
 extra=()
 [ "$check_audio" = true ] || extra+=(--no-check-audio)
 exec python -m gossip_accel.bin.validate_data_dir --need "$need" "${extra[@]}" "$1"

@@ -3,8 +3,10 @@
 # Contract: create the Kaldi data dirs data/<train-set>, data/<dev-set> and data/<test-set> for
 # each test set, each with wav.scp (a path or `cmd |`, keyed by recording if there is a
 # segments file), text, utt2spk, spk2utt, and optionally segments, reco2file_and_channel,
-# spk2gender; sorted (LC_ALL=C), speaker ids prefixing utterance ids. run.sh validates them
-# next (stage 1). Reruns should skip work that is done.
+# spk2gender; sorted (LC_ALL=C), speaker ids prefixing utterance ids. utils/run_asr.sh runs this
+# as stage 0 (`local/data.sh --nj N --train-set X --dev-set Y --test-sets "Z ..."`, plus any of its
+# own options given to ./run.sh) and validates the dirs next (stage 1). Reruns should skip work
+# that is done.
 #
 # THIS EXAMPLE builds a tiny LibriSpeech-layout corpus with Debian's flite voices (the LibriSpeech
 # recipe's builder) and converts it with that recipe's data_prep.py; replace it with your corpus's.
@@ -24,7 +26,7 @@ ls_local="$GOSSIP_ROOT/recipes/librispeech/asr1/local"
 
 if [ -z "$corpus_root" ]; then
   corpus_root=data/example_corpus
-  command -v flite >/dev/null || die "the example corpus needs flite: apt-get install flite"
+  utils/install_system_deps.sh flite   # the example's voices
   python "$ls_local/make_mini_librispeech.py" --out "$corpus_root" --train-utts "$train_utts" --eval-utts "$eval_utts" --jobs "$nj"
 fi
 set -- $test_sets   # word splitting wanted: a list of set names

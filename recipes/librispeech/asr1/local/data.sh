@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# LibriSpeech -> Kaldi data dirs data/<set> for the train, dev and test sets (the contract of
+# docs/RECIPES.md; utils/run_asr.sh runs this as stage 0 and validates the dirs in stage 1), from
+# a real LibriSpeech (--librispeech-root: its subset folders) or, without it, the MINI corpus
+# synthesized offline with Debian's flite voices, and its LM text (librispeech-lm-norm.txt's
+# counterpart: the rest of the Wikipedia text, dev/test held out). A data dir is named after its
+# subset with _ for -: --train-set train_clean_100 reads <root>/train-clean-100.
+set -euo pipefail
+nj=2
+train_set=train_clean_100
+dev_set=dev_clean
+test_sets="test_clean test_other"
+librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mini corpus
+mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
+mini_eval_utts=120
+help_message="Usage: local/data.sh [options]"
+. utils/parse_options.sh
+. utils/log.sh
+
+root=$librispeech_root
+if [ -z "$root" ]; then
+  root=data/mini_librispeech
+  log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
+  utils/install_system_deps.sh flite
+  # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
+  python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" --jobs "$nj"
+  python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
+fi
+for s in $train_set $dev_set $test_sets; do
+  src=$root/${s//_/-}
+  [ -d "$src" ] || die "$src not found: --librispeech-root must hold the subset folders (${train_set//_/-}, ${dev_set//_/-}, ...)"
+  log "  $src -> data/$s"
+  python local/data_prep.py --src "$src" --out "data/$s"
+done
