@@ -74,6 +74,9 @@ SETTINGS: dict[str, tuple] = {
     "gossip_bmuf_pair": ("gossip-BMUF, sync.mixing=pair", ["sync.algorithm=gossip_bmuf", "sync.mixing=pair"]),
     "gossip_bmuf_12_96": ("gossip-BMUF, periods (12,96): about BMUF's (16,128) bytes",
                           ["sync.algorithm=gossip_bmuf", "sync.period=12", "sync.components.0.period=96"]),
+    "gossip_bmuf_pair_12_96": ("gossip-BMUF, sync.mixing=pair, periods (12,96)",
+                               ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
+                                "sync.components.0.period=96"]),
     "gossip_bmuf_eta_0.8": ("gossip-BMUF, eta 0.8", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.8"]),
     # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
@@ -91,7 +94,8 @@ GRIDS = {
               "warmup_32_bf16_lr_0.02"],
     "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf"],
     "parity": ["ddp", "paper", "rule", "warmup_32_bf16"],
-    "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_eta_0.8"],
+    "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
+               "gossip_bmuf_eta_0.8"],
 }
 
 
