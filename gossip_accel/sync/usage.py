@@ -82,9 +82,9 @@ class StepWatch:
         """Count ``optimizer``'s steps (a torch optimizer, or a wrapper with ``.optimizer``);
         False when it has no step hooks (nothing is checked for it)."""
         inner = optimizer
-        while not hasattr(inner, "register_step_post_hook") and hasattr(inner, "optimizer"):
-            inner = inner.optimizer
-        if not hasattr(inner, "register_step_post_hook") or id(inner) in self.steps:
+        while isinstance(getattr(inner, "optimizer", None), torch.optim.Optimizer):
+            inner = inner.optimizer  # Accelerate's AcceleratedOptimizer, SyncedOptimizer: the torch one inside
+        if not isinstance(inner, torch.optim.Optimizer) or id(inner) in self.steps:
             return id(inner) in self.steps
         key = id(inner)
         self.steps[key] = 0
