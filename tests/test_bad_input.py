@@ -368,6 +368,11 @@ CASES: dict[str, Case] = {
     "cfg-yaml-syntax": Case(sync_yaml("sync:\n  period: [8\n"), [r"sync.yaml"]),
     "cfg-non-utf8": Case(sync_yaml(b"sync:\n  algorithm: caf\xe9\n"), [r"sync.yaml", r"UTF-8|utf-8"]),
     "cfg-missing-file": Case(lambda tmp: (load_sync_config, tmp / "nope.yaml", []), [r"nope.yaml"]),
+    "cfg-empty-file": Case(sync_yaml(""), [r"sync.yaml: empty \(no keys\)", r"sync:"]),
+    "cfg-comments-only": Case(sync_yaml("# period: 8\n"), [r"sync.yaml: empty \(no keys\)"]),
+    "cfg-top-level-list": Case(sync_yaml("- algorithm: ma\n- period: 8\n"),
+                               [r"sync.yaml: the top level is a list, not a mapping", r"sync:"]),
+    "cfg-sync-section-not-a-mapping": Case(sync_yaml("sync:\n"), [r"sync.yaml: `sync:` must be a mapping"]),
     # train.config.load_structured belongs to H4: its omegaconf messages span several lines (key on line 2)
     "cfg-train-unknown-key": Case(structured_yaml("train:\n  lrr: 0.1\n"), [r"train.yaml", r"lrr"], one_line=False),
     "cfg-train-wrong-type": Case(structured_yaml("train:\n  lr: fast\n"), [r"train.yaml", r"lr", r"fast"],

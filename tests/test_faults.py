@@ -227,14 +227,15 @@ def test_rng_states_round_trip_through_weights_only_load(tmp_path):
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
 
 
-def test_prune_keeps_the_newest_complete_and_drops_partial_ones(tmp_path):
+def test_prune_keeps_the_newest_complete_and_drops_older_partial_ones(tmp_path):
     for epoch, step, end in ((1, 3, False), (1, 5, True), (2, 8, False), (2, 10, True)):
         d = ckpt.checkpoint_dir(tmp_path, epoch, step, end)
         ckpt.atomic_save({"step": step}, d / "rank0.pt", checksum=True)
         ckpt.mark_done(d, epoch, step, 1, end)
-    (tmp_path / "epoch3_step13").mkdir()  # a save that was killed: no done marker
+    (tmp_path / "epoch2_step9").mkdir()   # a save that was killed: no done marker, older than the newest
+    (tmp_path / "epoch3_step13").mkdir()  # newer than the newest complete: a faster rank is writing it
     ckpt.prune(tmp_path, keep=2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch2", "epoch2_step8"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch2", "epoch2_step8", "epoch3_step13"]
     assert ckpt.latest_complete(tmp_path) == 2
 
 

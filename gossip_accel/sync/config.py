@@ -186,6 +186,8 @@ class SyncConfig:
     lockstep: bool = False                # deterministic lock-step order instead of real asynchrony
     rpc_timeout: float = 600.0            # seconds for one RPC (and for the RPC rendezvous)
     rpc_init_method: Optional[str] = None  # RPC rendezvous; default tcp://$MASTER_ADDR:<free port of rank 0>
+    # -- start-up (gossip_accel/sync/agreement.py) -------------------------------------------
+    agreement_timeout: float = 120.0      # seconds the ranks wait for each other to compare fingerprints
 
     # -- derived quantities (from the registry entry of sync.algorithm) -------------------
     @property
@@ -299,6 +301,8 @@ def validate(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.max_staleness={cfg.max_staleness} must be >= 0 (or null: unbounded)")
     if cfg.rpc_timeout <= 0:
         raise ConfigError(f"sync.rpc_timeout={cfg.rpc_timeout} must be > 0 seconds")
+    if cfg.agreement_timeout <= 0:
+        raise ConfigError(f"sync.agreement_timeout={cfg.agreement_timeout} must be > 0 seconds")
     if cfg.p is not None and cfg.p < 1:
         raise ConfigError(f"sync.p={cfg.p} must be >= 1")
     if cfg.q is not None and cfg.q < 1:
@@ -459,7 +463,7 @@ def load_sync_config(
         elif isinstance(source, (dict, DictConfig)):
             loaded = OmegaConf.create(source)
         else:
-            loaded = OmegaConf.load(str(source))
+            loaded = load_yaml_mapping(source, key)
         if isinstance(loaded, DictConfig) and key in loaded:
             loaded = loaded[key]
         _check_rule_keys(loaded, key, source)
@@ -480,6 +484,20 @@ def load_sync_config(
             raise ConfigError(f"{source}: {e}") from None
         raise
     return cfg
+
+
+def load_yaml_mapping(path: Any, key: str = "sync") -> DictConfig:
+    """A YAML file whose top level is a non-empty mapping (and whose ``key`` section, if any, is one
+    too); an empty file or a list is a :class:`ConfigError` naming the file, not the defaults."""
+    loaded = OmegaConf.load(str(path))
+    example = f"write `{key}:` with its keys, e.g. `{key}: {{algorithm: gossip_bmuf, period: 16}}`"
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path}: the top level is a list, not a mapping; {example}")
+    if len(loaded) == 0:
+        raise ConfigError(f"{path}: empty (no keys); {example}, or pass no config file for the defaults")
+    if key in loaded and not isinstance(loaded[key], DictConfig):
+        raise ConfigError(f"{path}: `{key}:` must be a mapping of sync keys, got {loaded[key]!r}; {example}")
+    return loaded
 
 
 def _check_rule_keys(loaded: Any, key: str, source: Any) -> None:

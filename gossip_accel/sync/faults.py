@@ -52,11 +52,14 @@ def _ranks(peers: Sequence[int]) -> str:
 
 
 @contextmanager
-def guard(op: str, name: str, peers: Sequence[int], group: Optional[dist.ProcessGroup] = None) -> Iterator[None]:
+def guard(op: str, name: str, peers: Sequence[int], group: Optional[dist.ProcessGroup] = None,
+          timeout: Optional[float] = None, fix: Optional[str] = None) -> Iterator[None]:
     """Run a collective; its timeout error becomes :class:`CollectiveTimeout`.
 
     ``op``: "all-reduce", "exchange", "broadcast", ...; ``name``: the component (or what the
-    trainer was agreeing on); ``peers``: the global ranks this rank waited for.
+    trainer was agreeing on); ``peers``: the global ranks this rank waited for; ``timeout``: the
+    seconds waited when not the process group's (a ``Work.wait(timeout)``); ``fix``: what to do
+    about a timeout, when not raising ``train.collective_timeout``.
     """
     try:
         yield
@@ -72,10 +75,10 @@ def guard(op: str, name: str, peers: Sequence[int], group: Optional[dist.Process
                 f"utils/launch.sh --max-restarts N the job restarts from its last checkpoint. ({e})") from e
         if not _is_timeout(e):
             raise
-        t = pg_timeout(group)
+        t = pg_timeout(group) if timeout is None else timeout
         waited = f"{t:g} s" if t is not None else "the process group's timeout"
+        fix = fix or "raise train.collective_timeout if the peers are only slow"
         raise CollectiveTimeout(
             f"{op} of '{name}' timed out on rank {rank} after {waited}, waiting for {_ranks(others or peers)}: "
-            f"one of them hangs or died (look at its log; SIGSTOP, a deadlock, a dead machine). Raise "
-            f"train.collective_timeout if the peers are only slow; with utils/launch.sh --max-restarts N "
-            f"the job restarts from its last checkpoint. ({e})") from e
+            f"one of them hangs or died (look at its log; SIGSTOP, a deadlock, a dead machine); "
+            f"{fix}; with utils/launch.sh --max-restarts N the job restarts from its last checkpoint. ({e})") from e

@@ -226,6 +226,15 @@ class HierarchicalSynchronizer(Synchronizer):
             broadcast_components(self.intra_comm, self._all_components())
         super()._broadcast_initial()
 
+    def _agreement_group(self) -> Optional[dist.ProcessGroup]:
+        """Every rank of the world agrees (the cross-group process group holds one rank per group)."""
+        return None
+
+    def _fingerprint(self) -> dict[str, str]:
+        items = super()._fingerprint()
+        items["world.hierarchy"] = f"{self.layout.world} ranks in groups of {self.layout.group_size}"
+        return items
+
     def _before_buffers(self, buffers: Component) -> None:
         """Buffers: the group's mean (or local rank 0's) first, then the flat policy between groups."""
         share_buffers_in_group(self.intra_comm, buffers, self.cfg.buffers)

@@ -29,6 +29,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from . import usage
+from .agreement import agree, config_items, tensor_items
 from .algorithms import Slots, start_slots
 from .comm import CommStats, Communicator
 from .components import Component, split_buffers, split_components
@@ -79,6 +81,10 @@ class Synchronizer:
     ):
         self.cfg: SyncConfig = load_sync_config(config, overrides)
         self.model = unwrap_model(model)
+        self.released = True  # owns no model until built (usage.claim refuses a second live one)
+        usage.claim(self.owned_module(), self)
+        self.step_watch = usage.StepWatch()  # the optimizers given to watch()
+        self._initial_signature: Optional[tuple] = None
         self.components: list[Component] = split_components(
             self.model.named_parameters(), self.cfg.components, self.cfg.period
         )
@@ -107,6 +113,9 @@ class Synchronizer:
                                  block_momentum=self.block_momentum)
         self.slots: dict[str, Slots] = self.ctx.slots
         self.engine = None  # the registry's engine of sync.algorithm (engines/)
+        self.process_group = process_group
+        self.released = False
+        self._agree()  # before any collective that needs the same config, model and world on every rank
         if not self.active:
             self.comm = None
             self.topology = None
@@ -122,6 +131,7 @@ class Synchronizer:
         )
         if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
             self._broadcast_initial()
+            self._initial_signature = self._weights_signature()
         if self.cfg.uses_bmuf:
             slot_device = torch.device("cpu") if self.cfg.slots_on_cpu else None
             for comp in self.ctx.carried():
@@ -130,7 +140,13 @@ class Synchronizer:
 
     # -- the training-loop API -------------------------------------------------------------
     def step(self) -> None:
-        """Call once per optimizer step: synchronizes the components (and buffers) that are due."""
+        """Call once per optimizer step: synchronizes the components (and buffers) that are due.
+
+        Refused after :meth:`finalize`; with a :meth:`watch` ed optimizer, a call without one
+        optimizer step since the previous call warns (:mod:`gossip_accel.sync.usage`).
+        """
+        usage.refuse_step_after_finalize(self)
+        self.step_watch.check(self.t + 1)
         self.t += 1
         if not self.active:
             return
@@ -156,11 +172,28 @@ class Synchronizer:
                 if self.buffers is not None:
                     self.ctx.sync_buffers()
         self.finalized = True
+        self._release()
 
     def close(self) -> None:
         """After an error: leave an RPC session without waiting for the other workers."""
         if self.engine is not None:
             self.engine.close()
+        self._release()
+
+    def watch(self, optimizer: Any) -> bool:
+        """Check that :meth:`step` follows every step of ``optimizer`` exactly once (a torch step
+        post-hook; :class:`gossip_accel.sync.usage.StepWatch`). ``SyncedOptimizer`` and
+        ``AccelerateSynchronizer`` call it; False if the optimizer has no step hooks."""
+        return self.step_watch.watch(optimizer)
+
+    def owned_module(self) -> torch.nn.Module:
+        """The module this synchronizer owns (one synchronizer per module: :func:`gossip_accel.sync.usage.claim`)."""
+        return self.model
+
+    def _release(self) -> None:
+        self.released = True
+        usage.release(self.owned_module(), self)
+        self.step_watch.close()
 
     def __enter__(self) -> "Synchronizer":
         return self
@@ -233,6 +266,49 @@ class Synchronizer:
     def _all_components(self) -> list[Component]:
         return self.components + ([self.buffers] if self.buffers is not None else [])
 
+    # -- agreement of the ranks (gossip_accel/sync/agreement.py) --------------------------------
+    def _fingerprint(self) -> dict[str, str]:
+        """What every rank must share: the resolved config, the world, the synchronized tensors."""
+        items = config_items(self.cfg, self.world_size)
+        items["world.size"] = repr(self.world_size)
+        items.update(tensor_items("param", ((p.name, p.view) for c in self.components for p in c.pieces)))
+        if self.buffers is not None:
+            items.update(tensor_items("buffer", ((p.name, p.view) for p in self.buffers.pieces)))
+        for c in self.components:
+            items[f"component[{c.name}]"] = f"period {c.period}, {c.numel} elements"
+        return items
+
+    def _agreement_group(self) -> Optional[dist.ProcessGroup]:
+        """The ranks that must agree (flat: the synchronizer's process group)."""
+        return self.process_group
+
+    def _agree(self, extra: Optional[dict[str, str]] = None) -> None:
+        """:func:`gossip_accel.sync.agreement.agree` on :meth:`_fingerprint` (and ``extra``) when distributed."""
+        group = self._agreement_group()
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) < 2:
+            return
+        agree({**self._fingerprint(), **(extra or {})}, group, self.cfg.agreement_timeout)
+
+    def _weights_signature(self) -> tuple:
+        """(sum, sum |x|) in float64 of every synchronized tensor: tells whether the weights changed."""
+        out = []
+        with torch.no_grad():
+            for comp in self._all_components():
+                for piece in comp.pieces:
+                    v = piece.view.detach().double()
+                    out.append((float(v.sum()), float(v.abs().sum())))
+        return tuple(out)
+
+    def _warn_if_restore_was_overwritten(self, t: int) -> None:
+        """A checkpoint of step t > 0 whose weights are still those of the initial broadcast: they were
+        loaded before the synchronizer was built (and rank 0's theta_0 overwrote them) or not at all."""
+        if t > 0 and self._initial_signature is not None and self._weights_signature() == self._initial_signature:
+            warnings.warn(
+                f"gossip_accel: resuming at step {t}, but the model holds the weights of the initial broadcast (rank "
+                "0's): load the checkpoint's weights after building the synchronizer, or build it with "
+                "overrides=['sync.broadcast_initial=false'] when they are loaded before", usage.UsageWarning,
+                stacklevel=3)
+
     # -- metrics and state ---------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         """Scalars for TensorBoard: bytes, seconds and rounds per component and in total.
@@ -292,9 +368,13 @@ class Synchronizer:
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key.
 
-        Load the model's weights first. For the asynchronous algorithms in RPC mode this is a
-        collective (every rank calls it, as a resumed training run does): no worker may talk to
-        the server or to a passive partner before they are restored.
+        The order: build the synchronizer (its initial broadcast sets every replica to rank 0's
+        theta_0), then load the model's weights, then call this (a checkpoint whose weights still
+        equal the broadcast ones warns: they were loaded before the broadcast overwrote them; build
+        with ``sync.broadcast_initial=false`` to load them first). A collective: every rank calls
+        it, and the ranks agree on the config, the layout and the loaded step (``state.t``) first.
+        For the asynchronous algorithms in RPC mode no worker may talk to the server or to a
+        passive partner before they are restored.
         """
         for key, mine in (("algorithm", self.cfg.algorithm), ("outer_optimizer", self.cfg.outer_optimizer),
                           ("seed", self.cfg.seed),
@@ -309,6 +389,8 @@ class Synchronizer:
             raise ConfigError(
                 f"synchronizer checkpoint holds slots for {sorted(state['slots'])}, this run needs {sorted(self.slots)}"
             )
+        self._agree({"state.t": repr(int(state["t"])), "state.finalized": repr(bool(state.get("finalized")))})
+        self._warn_if_restore_was_overwritten(int(state["t"]))
         self.t = int(state["t"])
         for name, s in state["slots"].items():
             self.slots[name].load_state_dict(s)
@@ -331,6 +413,7 @@ class SyncedOptimizer:
     def __init__(self, optimizer: Any, synchronizer: Synchronizer):
         self.optimizer = optimizer
         self.synchronizer = synchronizer
+        synchronizer.watch(optimizer)  # a sync.step() of its own besides opt.step() warns
 
     def step(self, *args, **kwargs):
         out = self.optimizer.step(*args, **kwargs)

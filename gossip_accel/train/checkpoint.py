@@ -124,16 +124,29 @@ def latest_complete(root: Path) -> Optional[int]:
     return max(ends) if ends else None
 
 
+def _name_key(path: Path) -> tuple[int, float]:
+    """(epoch, step in the name; an epoch end sorts after every mid-epoch step of its epoch)."""
+    m = NAME.fullmatch(path.name)
+    return int(m.group(1)), float(m.group(2)) if m.group(2) else float("inf")
+
+
 def prune(root: Path, keep: int) -> list[Path]:
-    """Remove all but the ``keep`` newest complete checkpoints and every incomplete one
-    (left by a run killed while saving). Rank 0 calls this after a newer one is complete."""
+    """Remove all but the ``keep`` newest complete checkpoints, and the incomplete ones older than
+    the newest complete one (left by a run killed while saving). Rank 0 calls this after a newer
+    one is complete. An incomplete checkpoint newer than that is left alone: under gossip a faster
+    rank may already be writing the next one, since its syncs wait only for its neighbours."""
     complete = list_complete(root)
     keep_paths = {e.path for e in complete[:max(keep, 1)]}
+    complete_paths = {e.path for e in complete}
+    newest = _name_key(complete[0].path) if complete else None
     removed = []
     for p in sorted(root.iterdir()) if root.is_dir() else []:
-        if p.is_dir() and NAME.fullmatch(p.name) and p not in keep_paths:
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
+        if not (p.is_dir() and NAME.fullmatch(p.name)) or p in keep_paths:
+            continue
+        if p not in complete_paths and (newest is None or _name_key(p) > newest):
+            continue  # being written (or a newer one a killed attempt left; rewritten when reached)
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
     return removed
 
 

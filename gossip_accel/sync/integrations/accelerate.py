@@ -21,6 +21,7 @@ A model prepared by Accelerate's DeepSpeed plugin (a ``DeepSpeedEngine``) gets a
 """
 
 import sys
+import weakref
 from typing import Any, Optional, Sequence
 
 import torch
@@ -28,8 +29,13 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..comm import Counter, ring_allreduce_bytes
+from ..config import ConfigError
 from ..hierarchical import HierarchicalSynchronizer
 from ..synchronizer import Synchronizer
+from ..usage import UsageError
+
+#: DDP models whose communication hook a synchronizer registered (torch allows one per model)
+_HOOKED: "weakref.WeakKeyDictionary[DistributedDataParallel, Any]" = weakref.WeakKeyDictionary()
 
 
 def noop_allreduce_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -88,10 +94,12 @@ class AccelerateSynchronizer(Synchronizer):
         process_group: Optional[dist.ProcessGroup] = None,
     ):
         self.accelerator = accelerator
+        check_accelerate_world(accelerator, process_group)
         super().__init__(accelerator.unwrap_model(model), config, overrides, process_group)
+        for optimizer in getattr(accelerator, "_optimizers", ()):  # the prepared ones: step() once per step
+            self.watch(optimizer)
         if isinstance(model, DistributedDataParallel) and self.cfg.enabled:
-            state, hook = self.ddp_comm_hook()
-            model.register_comm_hook(state=state, hook=hook)
+            register_hook_once(model, *self.ddp_comm_hook())
             if self.cfg.buffers != "broadcast":
                 # torch >= 2.14 reads forward_sync_buffers; older releases broadcast_buffers
                 for flag in ("forward_sync_buffers", "broadcast_buffers"):
@@ -106,6 +114,42 @@ class AccelerateSynchronizer(Synchronizer):
         """Count an optimizer step only when Accelerate really stepped (gradient accumulation)."""
         if getattr(self.accelerator, "sync_gradients", True):
             super().step()
+
+
+def check_accelerate_world(accelerator: Any, process_group: Optional[dist.ProcessGroup] = None) -> None:
+    """Accelerate must see the processes torch.distributed has: ``Accelerator()`` on CPU workers under
+    ``accelerate launch --multi_gpu`` or torchrun believes it is alone (every rank then trains on the
+    same data) while the process group holds every worker."""
+    n = getattr(accelerator, "num_processes", None)
+    if process_group is not None or n is None or not (dist.is_available() and dist.is_initialized()):
+        return
+    world = dist.get_world_size()
+    if n != world:
+        kind = getattr(getattr(accelerator, "distributed_type", None), "value", "?")
+        raise ConfigError(
+            f"Accelerate runs {n} process(es) (distributed_type {kind}) but torch.distributed has {world}: each rank "
+            "would load the whole data set as if alone; create the Accelerator with Accelerator(cpu=True) for CPU "
+            "workers (or launch with accelerate launch / torchrun so that Accelerate sees every process)")
+
+
+def register_hook_once(model: DistributedDataParallel, state: Any, hook: Any) -> None:
+    """``model.register_comm_hook(state, hook)``, or nothing if an earlier synchronizer registered the same
+    hook on this model; another hook already there is a :class:`UsageError` (torch allows one)."""
+    if model in _HOOKED:
+        if _HOOKED[model] is hook and state is None:
+            return  # the no-op hook of an earlier (finalized) synchronizer: still right
+        raise UsageError("this DDP model already carries the communication hook of an earlier synchronizer "
+                         f"({_HOOKED[model].__name__}); torch allows one hook per model: prepare the model again "
+                         "(accelerator.prepare) for a new synchronizer")
+    try:
+        model.register_comm_hook(state=state, hook=hook)
+    except RuntimeError as e:
+        if "only be called once" not in str(e):
+            raise
+        raise UsageError("this DDP model already has a communication hook (register_comm_hook was called on it "
+                         "before): the synchronizer registers its own (gradients stay local); prepare the model "
+                         "without one") from e
+    _HOOKED[model] = hook
 
 
 def _hierarchical(config: Any, overrides: Sequence[str], process_group: Optional[dist.ProcessGroup]) -> bool:

@@ -300,6 +300,10 @@ class DeepSpeedSynchronizer(Synchronizer):
         self._engine_steps = int(engine.global_steps)
         self.refresh_model_weights()  # after the initial broadcast (line 1)
 
+    def owned_module(self) -> torch.nn.Module:
+        """The engine's module (one synchronizer per engine; ``self.model`` is a view of its masters)."""
+        return self.ds_engine.module
+
     def refresh_model_weights(self) -> None:
         """Write the (synchronized) fp32 masters into the model weights the forward pass uses.
 
