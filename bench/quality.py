@@ -270,7 +270,7 @@ def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, 
     if speeds:
         panels.append((f"wall-clock on {network}, s (projected: measured steps/s x steps)", "wall"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
-    for name, rs in runs.items():
+    for i, (name, rs) in enumerate(runs.items()):
         rs = [r for r in rs if "failed" not in r]
         if not rs:
             continue
@@ -287,10 +287,10 @@ def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, 
                 if key not in speeds or name == "single":
                     continue
                 xs = [h["step"] / speeds[key] for h in res["history"]]
-            ax.plot(xs, [p for _, _, p in pts], marker="o", label=name)
+            ax.plot(xs, [p for _, _, p in pts], marker="o", label=name, color=f"C{i % 10}")
             ax.set_xlabel(label)
     for ax in axes[0]:
-        ax.set_ylabel("valid perplexity")
+        ax.set_ylabel("valid ppl (averaged model; mean of replicas\nwhere a run did not log it)", fontsize=8)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)

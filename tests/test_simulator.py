@@ -230,53 +230,48 @@ def test_outer_nesterov_sgd_equals_bmuf_nbm_in_the_simulator(algo):
 
 
 # -- gossip / local ------------------------------------------------------------------------------
-def test_gossip_average_is_line_8_on_the_ring():
-    n = 5
-    cfg = {"components": [{"name": "a", "pattern": r"^hidden\."}, {"name": "rest"}], "period": 2}
-    cluster = SimulatedCluster(make_models(n), cfg, ["sync.algorithm=gossip_ma", "sync.p=2", "sync.q=2"])
-    topo = cluster.topology
-    assert isinstance(topo, RingTopology) and (topo.n, topo.p, topo.q) == (5, 2, 2)
+RING_CFG = {"components": [{"name": "a", "pattern": r"^hidden\."}, {"name": "rest"}], "period": 2}
+
+
+def gossip_rounds(cluster, steps: int):
+    """Train ``steps`` steps; after each sync round yield (plan, before, after) per component,
+    before/after being every replica's copy of it."""
     opts = opts_for(cluster.models)
-    for t in range(1, 7):
+    for t in range(1, steps + 1):
         local_steps(cluster, opts, t)
         pre = {name: comp_values(cluster, name) for name in ("a", "rest")}
         cluster.step()
-        if t % 2:
-            continue
-        for ci, name in enumerate(("a", "rest")):
-            plan = topo.plan(ci, t // 2)
-            post = comp_values(cluster, name)
-            for k in range(n):
-                members = [k, *plan.recv_from[k]]
-                expected = torch.stack([pre[name][j] for j in members]).sum(0) / 3
-                torch.testing.assert_close(post[k], expected, atol=1e-6, rtol=1e-6)
-            assert not all_equal(post)
+        if t % 2 == 0:
+            for ci, name in enumerate(("a", "rest")):
+                yield cluster.topology.plan(ci, t // 2), pre[name], comp_values(cluster, name)
+
+
+def assert_line_8(plan, pre, post):
+    """theta_bar^k = the mean of k's own copy and those it received (Algorithm 1 line 8)."""
+    for k in range(len(pre)):
+        expected = torch.stack([pre[j] for j in (k, *plan.recv_from[k])]).mean(0)
+        torch.testing.assert_close(post[k], expected, atol=1e-6, rtol=1e-6)
+
+
+def test_gossip_average_is_line_8_on_the_ring():
+    cluster = SimulatedCluster(make_models(5), RING_CFG, ["sync.algorithm=gossip_ma", "sync.p=2", "sync.q=2"])
+    topo = cluster.topology
+    assert isinstance(topo, RingTopology) and (topo.n, topo.p, topo.q) == (5, 2, 2)
+    for plan, pre, post in gossip_rounds(cluster, 6):
+        assert all(len(r) == 2 for r in plan.recv_from)
+        assert_line_8(plan, pre, post)
+        assert not all_equal(post)
 
 
 @pytest.mark.parametrize("n,p", [(4, 1), (7, 2)])
 def test_paired_gossip_averages_partners_and_preserves_the_mean(n, p):
     """sync.mixing=pair: both ends of a matched pair take (theta_a + theta_b) / 2, an unmatched node
     keeps its own, so the mean over the replicas is the same before and after a gossip-MA round."""
-    cfg = {"components": [{"name": "a", "pattern": r"^hidden\."}, {"name": "rest"}], "period": 2}
-    cluster = SimulatedCluster(make_models(n), cfg, ["sync.algorithm=gossip_ma", "sync.mixing=pair", f"sync.p={p}"])
-    topo = cluster.topology
-    assert topo.mixing == "pair" and topo.q == 1
-    opts = opts_for(cluster.models)
-    for t in range(1, 9):
-        local_steps(cluster, opts, t)
-        pre = {name: comp_values(cluster, name) for name in ("a", "rest")}
-        cluster.step()
-        if t % 2:
-            continue
-        for ci, name in enumerate(("a", "rest")):
-            plan = topo.plan(ci, t // 2)
-            post = comp_values(cluster, name)
-            for k in range(n):
-                members = [k, *plan.recv_from[k]]
-                expected = torch.stack([pre[name][j] for j in members]).mean(0)
-                torch.testing.assert_close(post[k], expected, atol=1e-6, rtol=1e-6)
-            torch.testing.assert_close(torch.stack(post).mean(0), torch.stack(pre[name]).mean(0),
-                                       atol=1e-6, rtol=1e-6)
+    cluster = SimulatedCluster(make_models(n), RING_CFG, ["sync.algorithm=gossip_ma", "sync.mixing=pair", f"sync.p={p}"])
+    assert cluster.topology.mixing == "pair" and cluster.topology.q == 1
+    for plan, pre, post in gossip_rounds(cluster, 8):
+        assert_line_8(plan, pre, post)
+        torch.testing.assert_close(torch.stack(post).mean(0), torch.stack(pre).mean(0), atol=1e-6, rtol=1e-6)
 
 
 def test_pulled_gossip_does_not_preserve_the_mean():
