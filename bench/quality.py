@@ -157,8 +157,9 @@ def ensure_data(recipe: Path) -> Path:
 def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args) -> dict:
     """Train and evaluate one setting (skipped when its results are complete); returns results.json."""
     res_file = run_dir / "results.json"
-    if res_file.is_file() and "final_test_ppl" in json.loads(res_file.read_text()):
-        return json.loads(res_file.read_text())
+    done = json.loads(res_file.read_text()) if res_file.is_file() else {}
+    if "final_test_ppl" in done:
+        return done
     if args.report_only:
         return {"failed": "not run"} if (run_dir / "train.log").is_file() else {}
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -201,9 +202,9 @@ def spread(values: list[float]) -> tuple[float, float]:
 
 def summarize(runs: dict[str, list[dict]]) -> list[dict]:
     """One row per setting: mean and standard deviation over its seeds."""
-    base = runs.get("ddp") or []
+    base = [r for r in runs.get("ddp", []) if "failed" not in r]
     ddp_bytes = statistics.fmean(r["bytes_sent_per_step_per_worker"] for r in base) if base else None
-    ddp_ppl = spread([r["final_test_ppl"] for r in base])[0] if base else None
+    ddp_ppl = statistics.fmean(r["final_test_ppl"] for r in base) if base else None
     rows = []
     for name, rs in runs.items():
         failed = [r for r in rs if "failed" in r]
