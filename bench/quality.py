@@ -43,7 +43,7 @@ RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) =
 #: "ddp" and "single" are the baselines. The knobs change one
 #: thing at a time from "rule" (gossip-BMUF with eta from eq. 6, the paper's everything else).
 #: the knobs start from the recipe conf as it was before they were measured (no warm-up, fp32 wire)
-GB = ["sync.algorithm=gossip_bmuf", "sync.warmup_steps=0", "sync.warmup_period=1", "sync.exchange_dtype=float32"]
+GB = ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.warmup_steps=0", "sync.warmup_period=1", "sync.exchange_dtype=float32"]
 PAPER = "sync.block_momentum=0.9"
 BF16, W32 = "sync.exchange_dtype=bfloat16", ["sync.warmup_steps=32", "sync.warmup_period=8"]
 SETTINGS: dict[str, tuple] = {
@@ -73,7 +73,7 @@ SETTINGS: dict[str, tuple] = {
     # gossip-BMUF variants on top of the recipe defaults (rule, warm-up, bf16)
     "gossip_bmuf_pair": ("gossip-BMUF, sync.mixing=pair", ["sync.algorithm=gossip_bmuf", "sync.mixing=pair"]),
     "gossip_bmuf_12_96": ("gossip-BMUF, periods (12,96): about BMUF's (16,128) bytes",
-                          ["sync.algorithm=gossip_bmuf", "sync.period=12", "sync.components.0.period=96"]),
+                          ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.period=12", "sync.components.0.period=96"]),
     "gossip_bmuf_pair_12_96": ("gossip-BMUF, sync.mixing=pair, periods (12,96)",
                                ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
                                 "sync.components.0.period=96"]),
@@ -86,13 +86,13 @@ SETTINGS: dict[str, tuple] = {
     "gossip_ma_pair_12_96": ("gossip-MA, sync.mixing=pair, periods (12,96)",
                              ["sync.algorithm=gossip_ma", "sync.mixing=pair", "sync.period=12",
                               "sync.components.0.period=96"]),
-    "gossip_bmuf_eta_0.8": ("gossip-BMUF, eta 0.8", ["sync.algorithm=gossip_bmuf", "sync.block_momentum=0.8"]),
+    "gossip_bmuf_eta_0.8": ("gossip-BMUF, eta 0.8", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.block_momentum=0.8"]),
     # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
     "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
     "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
-    "gossip_ma": ("gossip-MA", ["sync.algorithm=gossip_ma"]),
-    "gossip_bmuf": ("gossip-BMUF", ["sync.algorithm=gossip_bmuf"]),
+    "gossip_ma": ("gossip-MA, the paper's pull", ["sync.algorithm=gossip_ma", "sync.mixing=pull"]),
+    "gossip_bmuf": ("gossip-BMUF, the paper's pull", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull"]),
     # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
     "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
     "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
@@ -101,7 +101,8 @@ GRIDS = {
     "knobs": ["ddp", "paper", "rule", "eta_0.5", "zeta_2", "cbm", "lr_0.02", "lr_0.05", "pair", "emb_64", "bf16",
               "bf16_8_64", "warmup_16", "warmup_32", "warmup_32_bf16", "warmup_48_bf16", "warmup_32_bf16_emb_64", "warmup_32_bf16_eta_0.5",
               "warmup_32_bf16_lr_0.02"],
-    "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf"],
+    "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf", "gossip_ma_pair_12_96",
+                "gossip_bmuf_pair_12_96"],
     "parity": ["ddp", "paper", "rule", "warmup_32_bf16"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
                "gossip_bmuf_eta_0.8"],
