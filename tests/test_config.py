@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from gossip_accel.sync.config import ALGORITHMS, ComponentRule, ConfigError, SyncConfig, load_sync_config
+from gossip_accel.sync.topology import FullTopology, RingTopology, make_topology
 
 YAML = """\
 sync:
@@ -280,13 +281,24 @@ def test_validate_for_world():
 
 @pytest.mark.parametrize("overrides,match", [
     (["sync.mixing=push"], "sync.mixing='push'; choose one of pull, pair"),
-    (["sync.algorithm=bmuf", "sync.mixing=pair"], "sync.mixing=pair is a gossip round (gossip_ma, gossip_bmuf)"),
-    (["sync.algorithm=local_bmuf", "sync.mixing=pair"], "sync.mixing=pair is a gossip round"),
     (["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.q=2"], "one partner per round, but sync.q=2"),
 ])
 def test_mixing_is_validated(overrides, match):
     with pytest.raises(ConfigError, match=re.escape(match)):
         load_sync_config(None, overrides)
+
+
+@pytest.mark.parametrize("algorithm,graph", [("bmuf", FullTopology), ("ma", FullTopology),
+                                             ("local_bmuf", RingTopology), ("local_ma", RingTopology)])
+def test_pair_mixing_leaves_algorithms_without_gossip_rounds_alone(algorithm, graph):
+    """One recipe conf (``mixing: pair``) serves every algorithm: MA/BMUF keep the full graph and the
+    local variants all 2p ring neighbours."""
+    cfg = load_sync_config(None, [f"sync.algorithm={algorithm}", "sync.mixing=pair"])
+    assert cfg.round_mixing == "pull"
+    topo = make_topology(algorithm, 8, cfg.resolved_p(8), cfg.resolved_q(8), 0, cfg.round_mixing)
+    assert type(topo) is graph
+    if cfg.spec.all_neighbours:
+        assert cfg.resolved_q(8) == 2 * cfg.resolved_p(8)
 
 
 def test_pair_mixing_has_one_partner_whatever_p():

@@ -232,12 +232,19 @@ class SyncConfig:
             return self.p
         return max(1, int(round(math.log2(max(n, 2)))) - 1)
 
+    @property
+    def round_mixing(self) -> str:
+        """The mixing the algorithm's rounds use: ``sync.mixing`` on a gossip round, else ``pull``
+        (MA/BMUF average over the full graph, local-* over all 2p ring neighbours: nothing to match),
+        so one recipe conf with ``mixing: pair`` serves every algorithm."""
+        return self.mixing if _gossip_round(self.spec) else "pull"
+
     def resolved_q(self, n: int) -> int:
         """Gossip neighbours; ``2p`` for local variants, else default ``min(p, 2)`` (section 3.3)."""
         p = self.resolved_p(n)
         if self.spec.all_neighbours:
             return 2 * p if self.q is None else self.q
-        if self.mixing == "pair":
+        if self.round_mixing == "pair":
             return 1 if self.q is None else self.q  # one partner per round
         return min(p, 2) if self.q is None else self.q
 
@@ -327,15 +334,12 @@ def validate(cfg: SyncConfig) -> None:
 
 
 def _validate_mixing(cfg: SyncConfig) -> None:
-    """sync.mixing: a value of MIXINGS; ``pair`` only on a gossip round (ring, q < 2p), with q = 1."""
+    """sync.mixing: a value of MIXINGS; ``pair`` on a gossip round (ring, q < 2p) needs q = 1. Other
+    algorithms have no round to match and keep their own averaging (:attr:`SyncConfig.round_mixing`)."""
     if cfg.mixing not in MIXINGS:
         raise ConfigError(f"sync.mixing={cfg.mixing!r}; choose one of {', '.join(MIXINGS)} "
                           "(pull: each node averages with q neighbours it picks; pair: random ring matching)")
-    if cfg.mixing == "pair" and not _gossip_round(cfg.spec):
-        gossip = registry.names(family="periodic", graph="ring", all_neighbours=False)
-        raise ConfigError(f"sync.mixing=pair is a gossip round ({', '.join(gossip)}); {cfg.algorithm} "
-                          "averages over fixed neighbours: set sync.mixing=pull")
-    if cfg.mixing == "pair" and cfg.q not in (None, 1):
+    if cfg.round_mixing == "pair" and cfg.q not in (None, 1):
         raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
                           "drop sync.q (or set it to 1), or use sync.mixing=pull")
 

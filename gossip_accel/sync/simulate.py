@@ -44,7 +44,7 @@ class SimulatedCluster:
         self.comps = [split_components(m.named_parameters(), cfg.components, cfg.period) for m in self.models]
         period = min(c.period for c in self.comps[0])
         self.bufs = [split_buffers(m.named_buffers(), period) if cfg.buffers != "local" else None for m in self.models]
-        self.topology = make_topology(cfg.algorithm, n, cfg.resolved_p(n), cfg.resolved_q(n), cfg.seed, cfg.mixing) if n > 1 else None
+        self.topology = make_topology(cfg.algorithm, n, cfg.resolved_p(n), cfg.resolved_q(n), cfg.seed, cfg.round_mixing) if n > 1 else None
         self.block_momentum = cfg.resolved_block_momentum(n)
         self.wire = wire_dtype(cfg.exchange_dtype)  # sync.exchange_dtype: the same rounding as comm.py
         self.t = 0

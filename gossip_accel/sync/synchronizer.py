@@ -127,7 +127,7 @@ class Synchronizer:
         self.oneoff_stats = CommStats()
         n = self.world_size
         self.topology = self.ctx.topology = make_topology(
-            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed, self.cfg.mixing
+            self.cfg.algorithm, n, self.cfg.resolved_p(n), self.cfg.resolved_q(n), self.cfg.seed, self.cfg.round_mixing
         )
         if self.cfg.broadcast_initial:  # Algorithm 1, line 1: theta_0^k <- theta_0
             self._broadcast_initial()
