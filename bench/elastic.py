@@ -9,7 +9,8 @@ conf/period_16_128.yaml, ``--workers`` workers); each elastic run starts from a 
 epoch-E checkpoint in a new exp dir and is launched with m workers (the m new ranks average the
 n replicas, docs/RELIABILITY.md "Elastic resume"); on 2 workers it goes on as ``bmuf`` (a ring
 needs 3 nodes). Every run is evaluated by ``eval_lm`` (test perplexity of the final averaged
-model). Prints a table and writes ``bench/results/elastic_<corpus>_e<epochs>.json``. Asserts nothing.
+model). For reference, each --to count also runs uninterrupted from the start (``--no-references``
+skips them): the resume's cost beyond that of having m workers. Prints a table and writes ``bench/results/elastic_<corpus>_e<epochs>.json``. Asserts nothing.
 """
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=4, help="the uninterrupted run's workers")
     ap.add_argument("--to", type=int, nargs="+", default=[3, 2], help="worker counts to continue on")
     ap.add_argument("--after", type=int, default=1, help="the epoch whose checkpoint the elastic runs resume")
+    ap.add_argument("--no-references", dest="references", action="store_false",
+                    help="skip the uninterrupted runs on each --to worker count")
     ap.add_argument("--work", type=Path, default=ROOT / "exp" / "elastic")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
@@ -47,6 +50,12 @@ def main(argv=None) -> None:
              quality.run_one(recipe, data, base_dir, "gossip_bmuf", 1, qargs))]
     for m in args.to:
         algorithm = "gossip_bmuf" if m >= 3 else "bmuf"
+        if args.references:  # the same world from the start: what the resume costs beyond having m workers
+            name = f"uninterrupted_{m}"
+            quality.SETTINGS[name] = (f"{m} workers from the start", [f"sync.algorithm={algorithm}"])
+            qargs.workers = m
+            rows.append((f"{m} workers, uninterrupted", m, algorithm,
+                         quality.run_one(recipe, data, work / name, name, 1, qargs)))
         name = f"elastic_{args.workers}to{m}"
         quality.SETTINGS[name] = (f"{args.workers} -> {m} after epoch {args.after}", [f"sync.algorithm={algorithm}"])
         run_dir = work / name

@@ -203,3 +203,14 @@ def test_select_merges_for_the_new_world_or_refuses(killed):
     entry, _ = ckpt.select(broken, 3, lines.append, elastic.loader(3, lines.append))
     assert entry.path.name == "epoch1" and any("elastic resume reads every old rank's file" in x and "rank2.pt" in x
                                                 for x in lines), lines
+
+
+def test_launch_sh_elastic_nodes_need_torchrun_and_a_range():
+    import subprocess
+
+    launch_sh = str(Path(__file__).resolve().parent.parent / "utils" / "launch.sh")
+    for args, message in ((["--num-nodes", "1:2"], "needs --launcher torchrun"),
+                          (["--launcher", "torchrun", "--num-nodes", "3:2"], "need 1 <= MIN <= MAX"),
+                          (["--launcher", "torchrun", "--num-nodes", "x:2"], "must be two integers")):
+        bad = subprocess.run(["bash", launch_sh, *args, "--", "x.py"], capture_output=True, text=True)
+        assert bad.returncode == 1 and message in bad.stderr, bad.stderr
