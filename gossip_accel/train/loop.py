@@ -6,8 +6,8 @@ all-reduce under ``faults.guard``), so that no sync round waits for a rank that 
 data; a run resumed inside the epoch skips the batches it has done and restores the task's
 running state; a mid-epoch checkpoint every ``train.checkpoint_every_steps`` steps stores the
 exact data position (after an elastic resume on another number of workers, the task's
-``rest_of_epoch`` shards what is left of the epoch); TensorBoard gets the running loss, the learning rate and the sync
-metrics every ``train.log_every`` steps; tqdm shows progress on rank 0. At the epoch end the
+``rest_of_epoch`` shards what is left of the epoch); TensorBoard gets the running loss, the
+learning rate and the sync metrics every ``train.log_every`` steps; tqdm shows progress on rank 0. At the epoch end the
 task validates its replica (the mean over workers is recorded as ``<valid_key>_replicas``)
 and the average of the replicas (``<valid_key>``: the model the run returns if it stopped
 here, see :meth:`DistributedRun.averaged_model`; with DDP or one worker the replicas are equal
@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 
 from .. import shutdown
 from ..sync.config import load_sync_config
+from .checkpoint import CheckpointError
 from .collectives import agree_on_steps, all_mean
 from .config import RunConf, entry_args, run_options, warmup_in_steps
-from .checkpoint import CheckpointError
 from .describe import settings_line
 from .elastic import steps_done
 from .process_group import start_accelerator
