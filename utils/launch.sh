@@ -2,6 +2,7 @@
 # Start N training workers with `accelerate launch` (default) or torchrun, on one or several machines.
 #
 #   utils/launch.sh [--num-workers 4] [--launcher accelerate|torchrun] [--port 29500] [--max-restarts 0] \
+#       [--num-nodes 1 | MIN:MAX] \
 #       -- -m gossip_accel.bin.train_lm --config conf/x.yaml --exp-dir exp/x sync.period=8
 #
 # --max-restarts N: when a worker dies (killed, out of memory) or fails (a CollectiveTimeout
@@ -22,6 +23,15 @@
 # Every node must reach master-addr:port (node 0 listens there) and the nodes must reach each
 # other (gloo/NCCL pick further ports). utils/slurm.sh runs this once per node under Slurm.
 #
+# Elastic (torchrun only): --num-nodes MIN:MAX, e.g. `--launcher torchrun --num-nodes 1:2 --max-restarts 3`,
+# run on every node (no --node-rank): torchrun's c10d rendezvous at master-addr:port (job id
+# $RDZV_ID, default gossip_accel) admits MIN to MAX nodes. When a node dies, the others fail
+# their next collective (CollectiveTimeout / PeerLost), their agents restart the workers and meet
+# again without it, and the trainers resume the newest checkpoint on the smaller world: the
+# replicas are averaged and the data re-sharded (train.elastic, docs/RELIABILITY.md "Elastic
+# resume"; the checkpoint directory must be shared by the nodes). Rerunning the same command
+# with a smaller --num-workers after a job died resumes the same way.
+#
 # On CPU, `accelerate launch --cpu --num_processes 4` starts ONE process; what starts N gloo
 # workers is `--multi_gpu --num_processes N` with Accelerator(cpu=True) in the script (our
 # entry points choose cpu=True when no GPU is visible). On GPUs the same command starts one
@@ -39,6 +49,14 @@ help_message="Usage: utils/launch.sh [options] -- <python args: -m module or scr
 . "$(dirname "${BASH_SOURCE[0]}")/parse_options.sh"
 [ "${1:-}" = "--" ] && shift
 [ $# -gt 0 ] || { echo "$help_message" >&2; exit 1; }
+min_nodes=""  # --num-nodes MIN:MAX (elastic, torchrun): MIN here, MAX in num_nodes
+case $num_nodes in
+  *:*) min_nodes=${num_nodes%%:*}; num_nodes=${num_nodes#*:}
+       [ "$launcher" = torchrun ] || { echo "launch.sh: --num-nodes MIN:MAX (elastic) needs --launcher torchrun" >&2; exit 1; }
+       case $min_nodes in ''|*[!0-9]*) echo "launch.sh: --num-nodes MIN:MAX must be two integers" >&2; exit 1 ;; esac
+       [ "$min_nodes" -ge 1 ] && [ "$min_nodes" -le "$num_nodes" ] \
+         || { echo "launch.sh: --num-nodes $min_nodes:$num_nodes: need 1 <= MIN <= MAX" >&2; exit 1; } ;;
+esac
 case $num_workers$num_nodes$node_rank$max_restarts in *[!0-9]*) echo "launch.sh: --num-workers, --num-nodes, --node-rank and --max-restarts must be integers" >&2; exit 1 ;; esac
 [ "$num_nodes" -ge 1 ] && [ "$num_workers" -ge 1 ] || { echo "launch.sh: --num-workers and --num-nodes must be >= 1" >&2; exit 1; }
 [ "$node_rank" -lt "$num_nodes" ] || { echo "launch.sh: --node-rank $node_rank must be below --num-nodes $num_nodes" >&2; exit 1; }
@@ -64,6 +82,11 @@ case $launcher in
     exec accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
       --dynamo_backend no ${ACCELERATE_EXTRA:-} "$@" ;;
   torchrun)
+    if [ -n "$min_nodes" ]; then  # elastic: the c10d rendezvous decides the nodes and ranks
+      exec torchrun --nnodes "$min_nodes:$num_nodes" --nproc_per_node "$num_workers" --rdzv-backend c10d \
+        --rdzv-endpoint "$master_addr:$port" --rdzv-id "${RDZV_ID:-gossip_accel}" --max-restarts "$max_restarts" \
+        ${TORCHRUN_EXTRA:-} "$@"
+    fi
     if [ "$num_nodes" -gt 1 ]; then
       exec torchrun --nnodes "$num_nodes" --node_rank "$node_rank" --nproc_per_node "$num_workers" \
         --master_addr "$master_addr" --master_port "$port" --max-restarts "$max_restarts" ${TORCHRUN_EXTRA:-} "$@"

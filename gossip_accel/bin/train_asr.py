@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment
 from ..train import loop
+from ..train.elastic import batches_done
 from ..train.config import RunConf, load_structured
 from ..train.optimizers import make_optimizer
 
@@ -186,6 +187,11 @@ class ASRTask(loop.Task):
 
     def batches(self, epoch: int) -> list:
         return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world)
+
+    def rest_of_epoch(self, epoch: int, segments) -> list:
+        """Elastic resume: the shuffled list after the n x d batches each segment consumed, every m-th."""
+        return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world,
+                             start=batches_done(segments))
 
     def begin_epoch(self, epoch: int, saved: dict) -> None:
         self.gen = torch.Generator().manual_seed(self.conf.train.seed * 1_000_003 + epoch * 101 + self.rank)

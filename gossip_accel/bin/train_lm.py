@@ -25,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from ..sync.config import ConfigError
-from ..data.lm import Vocabulary, batchify, bptt_windows, read_lines, shard
+from ..data.lm import Vocabulary, batchify, bptt_windows, read_lines, rest_of_stream, shard
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
 from ..train import loop
 from ..train.config import RunConf, load_structured
@@ -117,17 +117,28 @@ class LMTask(loop.Task):
         self.model = build_model(conf, self.vocab)
         self.optimizer = make_optimizer(conf.train.optimizer, self.model, conf.train.lr, conf.train.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, conf.train.lr_decay)
-        train = batchify(shard(self.vocab.encode(read_lines(data_dir / conf.data.train)), rank, world),
-                         conf.train.streams)
-        self.windows = list(bptt_windows(train, conf.train.bptt))  # the same every epoch
+        self.ids = self.vocab.encode(read_lines(data_dir / conf.data.train))
+        self.rank, self.world, self.streams, self.bptt = rank, world, conf.train.streams, conf.train.bptt
+        self.windows = self.windows_of(self.ids)  # the same every epoch
         self.valid = batchify(self.vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
-        self.bptt = conf.train.bptt
+
+    def windows_of(self, ids: torch.Tensor) -> list:
+        """This rank's BPTT windows of a token stream: its 1/n (D^k), as ``streams`` parallel streams."""
+        return list(bptt_windows(batchify(shard(ids, self.rank, self.world), self.streams), self.bptt))
 
     def describe(self) -> str:
         return f"vocab {len(self.vocab)}, cutoffs {self.model.softmax.cutoffs[:-1]}"
 
     def batches(self, epoch: int) -> list:
         return self.windows
+
+    def rest_of_epoch(self, epoch: int, segments) -> list:
+        """Elastic resume: the tokens each segment's workers have not fed yet (``rest_of_stream``),
+        sharded over this world; the LSTM state starts at zero."""
+        rest = self.ids
+        for world, done in segments:
+            rest = rest_of_stream(rest, world, self.streams, done * self.bptt)
+        return self.windows_of(rest)
 
     def begin_epoch(self, epoch: int, saved: dict) -> None:
         self.state, self.loss_sum, self.n = saved.get("hidden"), saved.get("loss", 0.0), saved.get("n", 0)

@@ -77,12 +77,16 @@ def make_batches(utts: Sequence[Utterance], max_frames: int) -> list[list[Uttera
 
 
 def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, rank: int, world: int,
-                  shuffle: bool = True) -> list[list[Utterance]]:
-    """This rank's batches of an epoch: a seeded shuffle of the global list, every n-th one."""
+                  shuffle: bool = True, start: int = 0) -> list[list[Utterance]]:
+    """This rank's batches of an epoch: a seeded shuffle of the global list, every n-th one.
+
+    ``start``: the first ``start`` batches of the shuffled list are left out. After n workers ran
+    d batches each, they consumed exactly the first n x d (rank r ran r, r + n, ...), so an elastic
+    resume on m workers continues with ``start`` = n x d (summed over the epoch's segments)."""
     order = list(range(len(batches)))
     if shuffle:
         random.Random(seed * 100_003 + epoch).shuffle(order)
-    return [batches[i] for i in order[rank::world]]
+    return [batches[i] for i in order[start:][rank::world]]
 
 
 def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> dict:

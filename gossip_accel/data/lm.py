@@ -135,6 +135,17 @@ def batchify(ids: torch.Tensor, streams: int) -> torch.Tensor:
     return ids[:streams * length].view(streams, length)
 
 
+def rest_of_stream(ids: torch.Tensor, world_size: int, streams: int, columns: int) -> torch.Tensor:
+    """The tokens of ``ids`` that ``world_size`` workers have not fed as inputs yet, once each has run
+    over the first ``columns`` columns of its (streams, L) matrix (``shard`` -> ``batchify`` ->
+    ``bptt_windows``: ``columns`` = batches x bptt): old rank 0's stream 0 from that column on, its
+    stream 1, ..., then rank 1's, in that order. Sharding the result over m workers continues the
+    epoch on m workers (elastic resume) with no token fed twice; what is lost is the tails
+    ``shard``/``batchify`` drop (fewer than m + m x streams tokens)."""
+    rows = [batchify(shard(ids, k, world_size), streams)[:, columns:] for k in range(world_size)]
+    return torch.cat([r.reshape(-1) for r in rows])
+
+
 def bptt_windows(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(input, target) windows of truncated back-propagation through time."""
     for i in range(0, data.shape[1] - 1, bptt):

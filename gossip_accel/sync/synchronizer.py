@@ -35,6 +35,7 @@ from .algorithms import Slots, start_slots
 from .comm import CommStats, Communicator
 from .components import Component, split_buffers, split_components
 from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
+from .elastic import MERGED_FROM, continues_as
 from .engines import EngineContext, engine_class
 from .precision import wire_dtype
 from .schedule import event_at
@@ -374,26 +375,33 @@ class Synchronizer:
         with ``sync.broadcast_initial=false`` to load them first). A collective: every rank calls
         it, and the ranks agree on the config, the layout and the loaded step (``state.t``) first.
         For the asynchronous algorithms in RPC mode no worker may talk to the server or to a
-        passive partner before they are restored.
+        passive partner before they are restored. A state of another number of workers is refused,
+        except the merge of all old ranks' states (:func:`gossip_accel.sync.elastic.merge_states`):
+        elastic resume, on any number of ranks.
         """
-        for key, mine in (("algorithm", self.cfg.algorithm), ("outer_optimizer", self.cfg.outer_optimizer),
+        merged = bool(state.get(MERGED_FROM))  # n old ranks' states merged for this world (sync/elastic.py)
+        same_slots = merged and continues_as(state.get("algorithm"), self.cfg.algorithm)
+        for key, mine in (("algorithm", state.get("algorithm") if same_slots else self.cfg.algorithm),
+                          ("outer_optimizer", self.cfg.outer_optimizer),
                           ("seed", self.cfg.seed),
-                          ("world_size", self.world_size), ("rank", self.rank),
+                          ("world_size", None if merged else self.world_size), ("rank", None if merged else self.rank),
                           ("components", {c.name: c.numel for c in self.components})):
             if state.get(key) != mine:
                 raise ConfigError(
                     f"synchronizer checkpoint has {key}={state.get(key)!r} but this run has {mine!r}; "
                     "resume with the same sync config and number of processes"
+                    + ("" if key not in ("world_size", "rank") else
+                       " (or merge the old ranks' states: gossip_accel.sync.elastic.merge_states)")
                 )
-        if set(state["slots"]) != set(self.slots):
+        if set(state["slots"]) != set(self.slots) and not (merged and set(self.slots) <= set(state["slots"])):
             raise ConfigError(
                 f"synchronizer checkpoint holds slots for {sorted(state['slots'])}, this run needs {sorted(self.slots)}"
             )
         self._agree({"state.t": repr(int(state["t"])), "state.finalized": repr(bool(state.get("finalized")))})
         self._warn_if_restore_was_overwritten(int(state["t"]))
         self.t = int(state["t"])
-        for name, s in state["slots"].items():
-            self.slots[name].load_state_dict(s)
+        for name, slots in self.slots.items():
+            slots.load_state_dict(state["slots"][name])
         if self.comm is not None:
             self.comm.stats.load_state_dict(state.get("comm", {}))
         self.divergence.clear()

@@ -13,6 +13,8 @@ never resumes from a partial one. On resume (:func:`select`) every rank verifies
 of the newest complete checkpoint (size, SHA-256, ``torch.load(weights_only=True)``); the
 ranks agree with one all-reduce, and when any rank's file fails, the failure is reported
 (file and check) and the checkpoint is renamed ``<name>.corrupt`` and the previous one tried.
+A checkpoint of another number of workers is refused, or merged for this world by the loader
+``select`` is given (elastic resume, :mod:`gossip_accel.train.elastic`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
+
+from ..sync.elastic import mean_tree
 
 NAME = re.compile(r"epoch(\d+)(?:_step(\d+))?")
 
@@ -218,7 +222,9 @@ def _world() -> tuple[int, int]:
     return 0, 1
 
 
-def select(root: Path, world_size: int, log: Callable[[str], None] = print) -> Optional[tuple[Entry, dict]]:
+def select(root: Path, world_size: int, log: Callable[[str], None] = print,
+           other_world: Optional[Callable[[Entry, int], tuple[Optional[dict], Optional[str]]]] = None,
+           ) -> Optional[tuple[Entry, dict]]:
     """The newest complete checkpoint whose file verifies on EVERY rank, and this rank's state.
 
     Collective when torch.distributed is initialized: rank 0's list of candidates is broadcast
@@ -226,7 +232,9 @@ def select(root: Path, world_size: int, log: Callable[[str], None] = print) -> O
     ranks load the same checkpoint. A failed candidate is reported (rank, file, which check)
     and renamed ``<name>.corrupt`` by rank 0 (unless files are only missing: a directory not
     shared between nodes is left alone). A checkpoint written by another number of workers
-    raises :class:`CheckpointError`.
+    raises :class:`CheckpointError`, unless ``other_world`` loads it: ``other_world(entry, rank)``
+    -> (state, None) or (None, what failed), e.g. :func:`gossip_accel.train.elastic.loader`
+    (elastic resume: every old rank's file read and merged).
     """
     rank, world = _world()
     candidates: list = [[(str(e.path), e.epoch, e.step, e.world_size, e.epoch_end) for e in list_complete(root)]]
@@ -234,12 +242,17 @@ def select(root: Path, world_size: int, log: Callable[[str], None] = print) -> O
         dist.broadcast_object_list(candidates, src=0)
     for path_s, epoch, step, written_by, epoch_end in candidates[0]:
         entry = Entry(Path(path_s), epoch, step, written_by, epoch_end)
-        if written_by is not None and written_by != world_size:
+        elastic = other_world is not None and written_by is not None and written_by != world_size
+        if written_by is not None and written_by != world_size and not elastic:
             raise CheckpointError(
                 f"{entry.path} was written by {written_by} workers, this run has {world_size}: resume with "
                 f"--num-workers {written_by}, or start a new --exp-dir (or train.resume=false); "
+                f"train.elastic=true resumes it on {world_size} (the replicas averaged); "
                 f"gossip_accel.train.checkpoint.average_model gives the mean of its replicas, a model any run can start from")
-        state, problem = verify_and_load(entry.path / f"rank{rank}.pt", legacy=written_by is None)
+        if elastic:
+            state, problem = other_world(entry, rank)
+        else:
+            state, problem = verify_and_load(entry.path / f"rank{rank}.pt", legacy=written_by is None)
         if state is not None and state.get("world_size", world_size) != world_size:
             state, problem = None, f"written by {state.get('world_size')} workers, this run has {world_size}"
         problems: list = [problem]
@@ -287,5 +300,4 @@ def average_model(root: Path, entry: Entry) -> dict:
         if state is None:
             raise CheckpointError(f"{p}: {problem}")
         states.append(state["model"])
-    return {k: (sum(s[k].double() for s in states) / len(states)).to(states[0][k].dtype)
-            if states[0][k].is_floating_point() else states[0][k] for k in states[0]}
+    return mean_tree(states)

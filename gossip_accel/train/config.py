@@ -37,6 +37,7 @@ class RunConf:
     cpu: Optional[bool] = None
     checkpoint: bool = True  # per-rank checkpoints under <exp-dir>/checkpoints
     resume: bool = True  # continue from the newest complete checkpoint in <exp-dir>
+    elastic: bool = True  # resume a checkpoint of another number of workers (replicas averaged); false: refuse it
     keep_checkpoints: int = 3  # the newest K complete checkpoints stay, older ones are removed
     checkpoint_every_steps: int = 0  # also inside epochs, every N steps (0: epoch ends only)
     collective_timeout: float = 1800.0  # seconds a collective waits for a peer before CollectiveTimeout
@@ -53,7 +54,8 @@ class RunConf:
 def run_options(train: Any) -> dict:
     """DistributedRun's keyword arguments from a ``train`` section (a :class:`RunConf`)."""
     return {"cpu": train.cpu, "checkpoint": train.checkpoint, "keep_checkpoints": train.keep_checkpoints,
-            "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout}
+            "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout,
+            "elastic": train.elastic}
 
 
 def warmup_in_steps(sync_cfg: SyncConfig, warmup_epochs: Optional[float], steps_per_epoch: int) -> SyncConfig:

@@ -5,8 +5,9 @@ Per epoch: the ranks agree on the number of steps (the minimum of their batch co
 all-reduce under ``faults.guard``), so that no sync round waits for a rank that ran out of
 data; a run resumed inside the epoch skips the batches it has done and restores the task's
 running state; a mid-epoch checkpoint every ``train.checkpoint_every_steps`` steps stores the
-exact data position; TensorBoard gets the running loss, the learning rate and the sync
-metrics every ``train.log_every`` steps; tqdm shows progress on rank 0. At the epoch end the
+exact data position (after an elastic resume on another number of workers, the task's
+``rest_of_epoch`` shards what is left of the epoch); TensorBoard gets the running loss, the
+learning rate and the sync metrics every ``train.log_every`` steps; tqdm shows progress on rank 0. At the epoch end the
 task validates its replica (the mean over workers is recorded as ``<valid_key>_replicas``)
 and the average of the replicas (``<valid_key>``: the model the run returns if it stopped
 here, see :meth:`DistributedRun.averaged_model`; with DDP or one worker the replicas are equal
@@ -26,9 +27,11 @@ from omegaconf import OmegaConf
 
 from .. import shutdown
 from ..sync.config import load_sync_config
+from .checkpoint import CheckpointError
 from .collectives import agree_on_steps, all_mean
 from .config import RunConf, entry_args, run_options, warmup_in_steps
 from .describe import settings_line
+from .elastic import steps_done
 from .process_group import start_accelerator
 from .run import DistributedRun
 
@@ -69,6 +72,16 @@ class Task:
     def batches(self, epoch: int) -> Sequence:
         """This rank's batches of ``epoch`` in training order (the loop takes the agreed number)."""
         raise NotImplementedError
+
+    def rest_of_epoch(self, epoch: int, segments: Sequence[tuple[int, int]]) -> Sequence:
+        """This rank's batches of what is left of ``epoch`` after ``segments`` (oldest first: n
+        workers ran d batches each of their lists, the first list being :meth:`batches` on n
+        workers, each later one the previous rest split over its workers): elastic resume of a
+        mid-epoch checkpoint on another number of workers (:mod:`gossip_accel.train.elastic`).
+        A trainer that cannot re-shard its data refuses here."""
+        raise CheckpointError(
+            f"{type(self).__name__} cannot re-shard the data of epoch {epoch} after {list(segments)} (workers, batches "
+            "each): resume from an epoch-end checkpoint, or on the old number of workers, or give the task rest_of_epoch")
 
     def begin_epoch(self, epoch: int, saved: dict) -> None:
         """Reset the running state for ``epoch``, or restore it from ``saved`` (the
@@ -127,9 +140,12 @@ def mean_over_workers(measures: Sequence[Measure]) -> list[float]:
     return out
 
 
-def local_steps(batches: Sequence, train: RunConf) -> int:
-    """This rank's steps of an epoch: its batches, at most ``train.max_steps_per_epoch``."""
-    return min(len(batches), train.max_steps_per_epoch or len(batches))
+def local_steps(batches: Sequence, train: RunConf, done: int = 0) -> int:
+    """This rank's steps of an epoch: its batches, at most ``train.max_steps_per_epoch`` (less the
+    ``done`` steps per worker of the epoch's earlier segments after an elastic resume)."""
+    if not train.max_steps_per_epoch:
+        return len(batches)
+    return max(0, min(len(batches), train.max_steps_per_epoch - done))
 
 
 def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], list[str]], Any],
@@ -213,8 +229,9 @@ def run_epoch(task: Task, run: DistributedRun, conf: RunConf, epoch: int, name: 
     of this epoch; ``progress()``: the loop's state for one."""
     from tqdm import tqdm
 
-    batches = task.batches(epoch)
-    steps = agree_on_steps(local_steps(batches, conf))
+    segments = run.segments_before(epoch)  # after an elastic resume: what other worlds ran of this epoch
+    batches = task.rest_of_epoch(epoch, segments) if segments else task.batches(epoch)
+    steps = agree_on_steps(local_steps(batches, conf, steps_done(segments)))
     run.model.train()
     skip = run.start_batch(epoch)
     task.begin_epoch(epoch, saved if skip else {})
@@ -233,7 +250,8 @@ def run_epoch(task: Task, run: DistributedRun, conf: RunConf, epoch: int, name: 
             for k, v in run.metrics().items():
                 writer.add_scalar(k, v, run.step)
             bar.set_postfix(loss=f"{task.running_loss():.3f}")
-        run.save_step(epoch, i + 1, steps, lambda: {**progress(), **task.state_dict(), "epoch_state": task.epoch_state()})
+        run.save_step(epoch, i + 1, steps, lambda: {**progress(), **task.state_dict(), "epoch_state": task.epoch_state(),
+                                                    "segments": [list(s) for s in segments]})
     bar.close()
     return steps
 

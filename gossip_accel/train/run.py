@@ -29,6 +29,7 @@ from ..sync.comm import Counter
 from ..sync.config import ConfigError, SyncConfig
 from ..sync.health import clear_optimizer_state
 from . import checkpoint as ckpt
+from . import elastic as elastic_resume
 from .collectives import all_mean, average_of_replicas, barrier
 from .describe import periods_label, sync_settings
 from .process_group import start_accelerator
@@ -45,7 +46,7 @@ class DistributedRun:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_cfg: SyncConfig,
                  exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
                  keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0,
-                 accelerator: Any = None):
+                 accelerator: Any = None, elastic: bool = True):
         from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
         if keep_checkpoints < 1:
@@ -62,6 +63,8 @@ class DistributedRun:
         self.checkpoint = checkpoint
         self.keep_checkpoints, self.every_steps = keep_checkpoints, checkpoint_every_steps
         self.resumed_at: Optional[tuple[int, int]] = None  # (epoch, next batch) of a mid-epoch checkpoint
+        self.elastic = elastic  # resume a checkpoint of another world size (train/elastic.py)
+        self.resumed_segments: list[elastic_resume.Segment] = []  # earlier segments of the resumed epoch
         self.restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
         if self.restarts:
             self.accelerator.print(f"[train] restart {self.restarts} of this job (TORCHELASTIC_RESTART_COUNT)")
@@ -144,12 +147,21 @@ class DistributedRun:
         """The first batch to run in ``epoch``: >0 in the epoch a mid-epoch checkpoint resumed."""
         return self.resumed_at[1] if self.resumed_at is not None and self.resumed_at[0] == epoch else 0
 
+    def segments_before(self, epoch: int) -> list[elastic_resume.Segment]:
+        """The (workers, batches each) segments of ``epoch`` run before this world's batch list began:
+        non-empty in the epoch an elastic resume (or a resume after one) continues; the trainer's
+        ``rest_of_epoch`` shards what they left (:mod:`gossip_accel.train.elastic`)."""
+        return list(self.resumed_segments) if self.resumed_at is not None and self.resumed_at[0] == epoch else []
+
     def resume(self, enabled: bool = True) -> tuple[int, dict]:
         """Load the newest complete checkpoint every rank verified; returns (first epoch to run,
         extra state). After a mid-epoch checkpoint that is its epoch, and :meth:`start_batch`
         says where in it to continue. A corrupted newest checkpoint is reported and skipped; one
-        of another model or world size is refused (:class:`gossip_accel.train.checkpoint.CheckpointError`)."""
-        found = ckpt.select(self.ckpt_root, self.world, self.accelerator.print) if enabled else None
+        of another model is refused (:class:`gossip_accel.train.checkpoint.CheckpointError`), one of
+        another world size too unless ``elastic``: then the n replicas are averaged and the rest of the
+        state merged (:mod:`gossip_accel.train.elastic`), with one log line saying so."""
+        other = elastic_resume.loader(self.world, self.accelerator.print) if self.elastic else None
+        found = ckpt.select(self.ckpt_root, self.world, self.accelerator.print, other) if enabled else None
         if found is None:
             if enabled and self.restarts:
                 self.accelerator.print("[train] no complete checkpoint to resume from: starting at step 0")
@@ -168,15 +180,41 @@ class DistributedRun:
         if self.sync is not None:
             self.sync.load_state_dict(state["sync"])
         self.ddp_counter = Counter(**state["ddp_counter"])
-        ckpt.set_rng_state(state["rng"])
+        if state["rng"] is not None:  # None: a new rank beyond the old world keeps its own seeding
+            ckpt.set_rng_state(state["rng"])
         self.step = state["step"]
         extra = state["extra"]
         where = "end of epoch" if entry.epoch_end else f"epoch {entry.epoch}, batch {extra.get('next_batch')}"
         self.accelerator.print(f"[train] resumed from {entry.path} (step {self.step}, {where})")
         if entry.epoch_end:
+            if "elastic" in state:
+                self._say_elastic(state["elastic"], f"end of epoch {entry.epoch}",
+                                  f"epoch {entry.epoch + 1} sharded over {self.world} workers")
             return entry.epoch + 1, extra
-        self.resumed_at = (entry.epoch, int(extra["next_batch"]))
+        segments = [tuple(s) for s in extra.get("segments", [])]
+        next_batch = int(extra["next_batch"])
+        if "elastic" in state:  # the old world's segment ends here; this world starts a new batch list
+            segments, next_batch = elastic_resume.segments_after(segments, state["elastic"]["from_world"], next_batch), 0
+            done = elastic_resume.batches_done(segments)
+            self._say_elastic(state["elastic"], f"epoch {entry.epoch}, step {self.step}",
+                              f"the rest of epoch {entry.epoch} (after {done} batches) re-sharded over {self.world} workers")
+        self.resumed_at, self.resumed_segments = (entry.epoch, next_batch), segments
         return entry.epoch, extra
+
+    def _say_elastic(self, info: dict, where: str, data: str) -> None:
+        n = info["from_world"]
+        if self.sync is None:
+            slots = "no synchronizer state"
+        elif not self.sync_cfg.uses_bmuf:
+            slots = "no BMUF slots"
+        else:
+            kind = "outer-optimizer" if self.sync_cfg.outer_optimizer is not None else "BMUF"
+            slots = (f"{kind} slots carried (identical on all {n} ranks)" if info["slots_identical"]
+                     else f"{kind} slots averaged over {n} ranks")
+        if self.sync is not None and info.get("algorithm") not in (None, self.sync_cfg.algorithm):
+            slots += f" ({info['algorithm']} continues as {self.sync_cfg.algorithm})"
+        eta = elastic_resume.eta_note(self.sync_cfg, self.sync is not None and self.sync_cfg.uses_bmuf, n, self.world)
+        self.accelerator.print(elastic_resume.resume_line(n, self.world, where, slots, eta, data))
 
     # -- the end ----------------------------------------------------------------------------
     def finish(self) -> None:
