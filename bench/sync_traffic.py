@@ -44,6 +44,10 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "local_bmuf-(16,128)": ["algorithm=local_bmuf", "q=null"],
     "gossip_bmuf-(8)": ["algorithm=gossip_bmuf", "period=8", "components.0.period=8"],
     "gossip_bmuf-(16,128)": ["algorithm=gossip_bmuf"],
+    # issue 17: the shards of a period at different steps (sync.stagger), the exchange overlapped with tau steps
+    "gossip_bmuf-(16,128)-stagger": ["algorithm=gossip_bmuf", "stagger=true"],
+    "gossip_bmuf-(16,128)-overlap4": ["algorithm=gossip_bmuf", "overlap_steps=4"],
+    "gossip_bmuf-(16,128)-stagger-overlap4": ["algorithm=gossip_bmuf", "stagger=true", "overlap_steps=4"],
     "easgd-(16,128)": ["algorithm=easgd"],
     "easgd_async-(16,128)": ["algorithm=easgd_async"],
     "asgd-(16,128)": ["algorithm=asgd"],
