@@ -24,13 +24,12 @@ import torch
 from .. import health
 from ..comm import Exchange, PendingExchange
 from ..components import Component
-from ..precision import is_low
 from ..schedule import Event
 from ..worker import neighbour_mean
 from .base import Due, EngineContext
 
 
-@dataclass
+@dataclass(eq=False)  # identity: one per posted exchange
 class InFlight:
     """One component's exchange posted at ``apply_at - tau``, applied at ``apply_at``."""
 
