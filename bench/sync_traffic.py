@@ -6,7 +6,7 @@ Spawns real gloo workers holding the quick-start model (recipes/wikitext103/lm1/
 with conf/lm/period_16_128.yaml, vocabulary of the embedded wiki_mini text). For each setting it runs ``--steps`` synchronizer steps
 (the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
 baseline, real backward passes with the counting all-reduce hook. It prints a table (with the most
-bytes a worker sent in one step: the burst that ``sync.stagger`` spreads) and
+bytes a worker sent in one step after the warm-up: the burst that ``sync.stagger`` spreads) and
 writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
 local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step;
 EASGD/ASGD (parameter server) 2(n-1)/n |theta_i| / H_i on average over the workers (the
@@ -96,11 +96,12 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     rows = {}
     for name, overrides in SETTINGS.items():
         sync = Synchronizer(model, load_sync_config(base, overrides))
-        peak = 0.0  # the most bytes sent in one step (sync.stagger flattens the (16,128) bursts)
+        peak = 0.0  # the most bytes sent in one step after the warm-up (sync.stagger flattens the (16,128) bursts)
         for _ in range(steps):
             before = sync.comm.stats.total().bytes_sent
             sync.step()
-            peak = max(peak, sync.comm.stats.total().bytes_sent - before)
+            if sync.t > sync.cfg.warmup_steps:
+                peak = max(peak, sync.comm.stats.total().bytes_sent - before)
         sync.finalize()  # one-off traffic only; closes the RPC session of the asynchronous algorithms
         total = sync.comm.stats.total()
         rows[name] = {"sent": total.bytes_sent / steps, "recv": total.bytes_recv / steps, "peak": peak,
