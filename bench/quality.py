@@ -93,6 +93,15 @@ SETTINGS: dict[str, tuple] = {
     "local_bmuf": ("local-BMUF (all 2p ring neighbours)", ["sync.algorithm=local_bmuf"]),
     "gossip_ma": ("gossip-MA, the paper's pull", ["sync.algorithm=gossip_ma", "sync.mixing=pull"]),
     "gossip_bmuf": ("gossip-BMUF, the paper's pull", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull"]),
+    # issue 17: staggered components and overlapped syncs on top of the recipe's gossip-BMUF (16,128), pull mixing as measured
+    "gossip_bmuf_stagger": ("gossip-BMUF, sync.stagger (offsets floor(k H / K))", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull",
+                                                                                  "sync.stagger=true"]),
+    **{f"gossip_bmuf_overlap{tau}_{merge}": (f"gossip-BMUF, sync.overlap_steps={tau}, merge {merge}",
+                                             ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", f"sync.overlap_steps={tau}",
+                                              f"sync.overlap_merge={merge}"])
+       for tau in (2, 4) for merge in ("delta", "mix", "replace")},
+    "gossip_bmuf_stagger_overlap4": ("gossip-BMUF, stagger and sync.overlap_steps=4 (delta)",
+                                     ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.stagger=true", "sync.overlap_steps=4"]),
     # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
     "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
     "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
@@ -104,6 +113,9 @@ GRIDS = {
     "methods": ["single", "ddp", "ma", "bmuf", "local_bmuf", "gossip_ma", "gossip_bmuf", "gossip_ma_pair_12_96",
                 "gossip_bmuf_pair_12_96"],
     "parity": ["ddp", "paper", "rule", "warmup_32_bf16"],
+    "overlap": ["gossip_bmuf", "gossip_bmuf_overlap4_delta", "gossip_bmuf_overlap4_mix", "gossip_bmuf_overlap4_replace",
+                "gossip_bmuf_stagger", "gossip_bmuf_stagger_overlap4", "gossip_bmuf_overlap2_delta",
+                "gossip_bmuf_overlap2_mix"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
                "gossip_bmuf_eta_0.8"],
 }

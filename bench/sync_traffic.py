@@ -5,7 +5,8 @@
 Spawns real gloo workers holding the quick-start model (recipes/wikitext103/lm1/conf/mini.yaml
 with conf/lm/period_16_128.yaml, vocabulary of the embedded wiki_mini text). For each setting it runs ``--steps`` synchronizer steps
 (the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
-baseline, real backward passes with the counting all-reduce hook. It prints a table and
+baseline, real backward passes with the counting all-reduce hook. It prints a table (with the most
+bytes a worker sent in one step after the warm-up: the burst that ``sync.stagger`` spreads) and
 writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
 local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step;
 EASGD/ASGD (parameter server) 2(n-1)/n |theta_i| / H_i on average over the workers (the
@@ -44,6 +45,10 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "local_bmuf-(16,128)": ["algorithm=local_bmuf", "q=null"],
     "gossip_bmuf-(8)": ["algorithm=gossip_bmuf", "period=8", "components.0.period=8"],
     "gossip_bmuf-(16,128)": ["algorithm=gossip_bmuf"],
+    # issue 17: the shards of a period at different steps (sync.stagger), the exchange overlapped with tau steps
+    "gossip_bmuf-(16,128)-stagger": ["algorithm=gossip_bmuf", "stagger=true"],
+    "gossip_bmuf-(16,128)-overlap4": ["algorithm=gossip_bmuf", "overlap_steps=4"],
+    "gossip_bmuf-(16,128)-stagger-overlap4": ["algorithm=gossip_bmuf", "stagger=true", "overlap_steps=4"],
     "easgd-(16,128)": ["algorithm=easgd"],
     "easgd_async-(16,128)": ["algorithm=easgd_async"],
     "asgd-(16,128)": ["algorithm=asgd"],
@@ -91,11 +96,15 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
     rows = {}
     for name, overrides in SETTINGS.items():
         sync = Synchronizer(model, load_sync_config(base, overrides))
+        peak = 0.0  # the most bytes sent in one step after the warm-up (sync.stagger flattens the (16,128) bursts)
         for _ in range(steps):
+            before = sync.comm.stats.total().bytes_sent
             sync.step()
+            if sync.t > sync.cfg.warmup_steps:
+                peak = max(peak, sync.comm.stats.total().bytes_sent - before)
         sync.finalize()  # one-off traffic only; closes the RPC session of the asynchronous algorithms
         total = sync.comm.stats.total()
-        rows[name] = {"sent": total.bytes_sent / steps, "recv": total.bytes_recv / steps,
+        rows[name] = {"sent": total.bytes_sent / steps, "recv": total.bytes_recv / steps, "peak": peak,
                       "analytic": analytic(sync, n), "seconds_per_step": total.seconds / steps}
     # DDP baseline: real backward passes through DDP with the counting all-reduce hook
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -111,6 +120,7 @@ def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
         loss.backward()
     n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     rows["ddp"] = {"sent": counter.bytes_sent / ddp_steps, "recv": counter.bytes_recv / ddp_steps,
+                   "peak": counter.bytes_sent / ddp_steps,
                    "analytic": ring_allreduce_bytes(n_bytes, n), "seconds_per_step": None}
     torch.save(rows, os.path.join(out, f"rank{rank}.pt"))
     shutdown()
@@ -132,14 +142,15 @@ def main() -> None:
         sent = sum(r[name]["sent"] for r in per_rank) / len(per_rank)
         table.append({"setting": name, "sent_bytes_per_step": sent,
                       "max_rank_sent_bytes_per_step": max(r[name]["sent"] for r in per_rank),
+                      "peak_step_sent_bytes": max(r[name]["peak"] for r in per_rank),
                       "recv_bytes_per_step": sum(r[name]["recv"] for r in per_rank) / len(per_rank),
                       "analytic_bytes_per_step": per_rank[0][name]["analytic"], "vs_ddp": sent / ddp_sent})
     print(f"{args.workers} workers, {sum(p.numel() for p in build_model().parameters()) / 1e6:.2f}M-parameter "
           f"quick-start LM, {args.steps} steps")
-    print(f"{'setting':<22}{'MB sent/step':>14}{'max rank':>10}{'analytic':>10}{'vs DDP':>9}")
+    print(f"{'setting':<38}{'MB sent/step':>14}{'max rank':>10}{'peak step':>11}{'analytic':>10}{'vs DDP':>9}")
     for r in table:
-        print(f"{r['setting']:<22}{r['sent_bytes_per_step'] / 1e6:>14.4f}{r['max_rank_sent_bytes_per_step'] / 1e6:>10.4f}"
-              f"{r['analytic_bytes_per_step'] / 1e6:>10.4f}{r['vs_ddp']:>9.4f}")
+        print(f"{r['setting']:<38}{r['sent_bytes_per_step'] / 1e6:>14.4f}{r['max_rank_sent_bytes_per_step'] / 1e6:>10.4f}"
+              f"{r['peak_step_sent_bytes'] / 1e6:>11.4f}{r['analytic_bytes_per_step'] / 1e6:>10.4f}{r['vs_ddp']:>9.4f}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"workers": args.workers, "steps": args.steps, "rows": table}, indent=2))
 

@@ -34,6 +34,11 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
     "hier_gossip_bmuf_warmup": (6, ["sync.algorithm=gossip_bmuf", "sync.warmup_steps=6", "sync.warmup_period=2",
                                     "sync.seed=3"], 22),
     "hier_local_ma_fp16": (6, ["sync.algorithm=local_ma", "sync.exchange_dtype=float16"], 13),
+    # issue 17: overlapped syncs between groups (the carrier applies at t + tau and shares then)
+    "hier_bmuf_overlap": (4, ["sync.algorithm=bmuf", "sync.overlap_steps=2", "sync.stagger=true",
+                              "sync.warmup_steps=6", "sync.warmup_period=2"], 21),
+    "hier_gossip_bmuf_overlap": (6, ["sync.algorithm=gossip_bmuf", "sync.overlap_steps=3", "sync.stagger=true",
+                                     "sync.seed=2"], 19),
     # flat runs with a low-precision wire, and their fp32 twins for the byte counts
     "ma_fp32": (4, ["sync.algorithm=ma"], 17),
     "ma_bf16": (4, ["sync.algorithm=ma", "sync.exchange_dtype=bfloat16"], 17),
@@ -67,7 +72,7 @@ class PreparedBy:
 
 
 #: scenario -> step after which it is checkpointed, rebuilt from other weights and resumed
-RESUMED = {"hier_bmuf_warmup": 9}
+RESUMED = {"hier_bmuf_warmup": 9, "hier_bmuf_overlap": 11}  # hier_bmuf_overlap: posted at 10, applied at 12
 
 
 def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:

@@ -59,6 +59,16 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "gossip_bmuf_outer_nesterov": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
                                     "sync.warmup_period=2", "sync.seed=4",
                                     "sync.outer_optimizer={name: SGD, lr: 0.7, momentum: 0.9, nesterov: true}"], 22),
+    # issue 17: staggered components (sync.stagger) and overlapped syncs (sync.overlap_steps, overlap.py)
+    "gossip_bmuf_stagger": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.stagger=true", "sync.seed=1"], 22),
+    # the embedding shards sync at steps 10/18 and 14/22 and the last one is still in flight at the end
+    "gossip_bmuf_overlap": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.stagger=true", "sync.overlap_steps=2",
+                             "sync.warmup_steps=6", "sync.warmup_period=2", "sync.exchange_dtype=bfloat16"], 23),
+    "bmuf_overlap_mix": (["sync.algorithm=bmuf", "sync.block_momentum=0.9", "sync.overlap_steps=3",
+                          "sync.overlap_merge=mix"], 21),
+    "bmuf_overlap_slots_cpu": (["sync.algorithm=bmuf", "sync.slots_on_cpu=true", "sync.overlap_steps=2"], 18),
+    "local_ma_overlap_replace": (["sync.algorithm=local_ma", "sync.p=1", "sync.overlap_steps=1",
+                                  "sync.overlap_merge=replace"], 17),
 }
 # scenarios whose workers use another optimizer than make_optimizer's default
 OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd"}
@@ -193,7 +203,9 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
 
 # scenario -> step at which it is checkpointed and resumed (run_resumed)
 RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
-           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15}
+           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15,
+           # checkpoints with an exchange in flight (posted at 10 / 12, applied at 12 / 15)
+           "gossip_bmuf_overlap": 11, "bmuf_overlap_mix": 13}
 
 
 def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:

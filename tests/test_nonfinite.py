@@ -41,6 +41,12 @@ SCENARIOS: dict[str, tuple[list[str], str, tuple[int, ...]]] = {
     # with H2's low-precision wire (sync.exchange_dtype): the sick rank sends zeros in bf16 as well
     "bmuf_bf16_wire_weights": (["sync.algorithm=bmuf", "sync.exchange_dtype=bfloat16"], "weights", (SICK,)),
     "ma_broadcast_buffers": (["sync.algorithm=ma", "sync.buffers=broadcast"], "weights", (0,)),
+    # issue 17: an overlapped sync (posted at 8, applied at 10) resets the sick rank at the apply step
+    "bmuf_overlap_weights": (["sync.algorithm=bmuf", "sync.block_momentum=0.9", "sync.overlap_steps=2"], "weights",
+                             (SICK,)),
+    # (not staggered: a NaN loss spoils every component, which must all be reset at the same step to stay clean)
+    "gossip_bmuf_overlap_loss": (["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.overlap_steps=2"],
+                                 "loss", (SICK,)),
     # the parameter-server algorithms and ADPSGD (deterministic lock-step modes)
     "easgd": (["sync.algorithm=easgd", "sync.easgd_alpha=0.2"], "weights", (SICK,)),
     "easgd_async_lockstep": (["sync.algorithm=easgd_async", "sync.lockstep=true", "sync.easgd_alpha=0.3"],
@@ -178,7 +184,8 @@ def test_diverged_worker_is_reset_and_training_continues(results, name):
             assert got["metrics"]["sync/nonfinite_resets"] == len(mine)
             assert got["warnings"] and all(f"rank {rank} step" in w for w in got["warnings"])
             if inject != "slots":  # weights/loss: the first sync after the injection resets the component
-                assert any(e.step == 8 and e.component == "rest" and "hidden.weight" in e.params for e in mine)
+                applied = 8 + load_sync_config(BASE, SCENARIOS[name][0]).overlap_steps  # overlapped: at 8 + tau
+                assert any(e.step == applied and e.component == "rest" and "hidden.weight" in e.params for e in mine)
         else:
             assert not mine and not got["warnings"], f"{name}: rank {rank} was reset but never diverged"
     for rank in range(1, WORLD):  # Algorithm 1 line 20: every replica ends equal

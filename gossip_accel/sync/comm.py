@@ -146,6 +146,26 @@ class Communicator:
         moved = ring_allreduce_bytes(buffer.numel() * buffer.element_size(), self.world_size)
         self.stats.add(name, moved, moved, time.perf_counter() - start)
 
+    def allreduce_start(self, name: str, buffer: torch.Tensor) -> "PendingAllreduce":
+        """Post the fp32 sum all-reduce of :meth:`allreduce_mean` and return without waiting
+        (``sync.overlap_steps``); ``buffer`` stays untouched until :meth:`allreduce_finish`."""
+        start = time.perf_counter()
+        with guard("all-reduce", name, self._all(), self.group):
+            work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        return PendingAllreduce(name, buffer, work, time.perf_counter() - start, self.stats)
+
+    def allreduce_finish(self, pending: "PendingAllreduce") -> None:
+        """Wait for :meth:`allreduce_start`'s all-reduce: buffer <- the mean; counted once, where it was posted."""
+        if pending.done:
+            return
+        start = time.perf_counter()
+        with guard("all-reduce", pending.name, self._all(), self.group):
+            pending.work.wait()
+        pending.done = True
+        pending.buffer.div_(self.world_size)
+        moved = ring_allreduce_bytes(pending.buffer.numel() * pending.buffer.element_size(), self.world_size)
+        pending.stats.add(pending.name, moved, moved, pending.post_seconds + time.perf_counter() - start)
+
     def _allreduce_mean_wire(self, name: str, buffer: torch.Tensor, dtype: torch.dtype) -> None:
         """buffer <- r(sum_k r(buffer^k) / n): the mean over the group with a bf16/fp16 wire.
 
@@ -285,3 +305,15 @@ class PendingExchange:
     post_seconds: float = 0.0
     done: bool = False
     stats: Optional[CommStats] = None
+
+
+@dataclass
+class PendingAllreduce:
+    """An all-reduce posted by :meth:`Communicator.allreduce_start`, not yet waited for."""
+
+    name: str
+    buffer: torch.Tensor
+    work: object
+    post_seconds: float = 0.0
+    stats: Optional[CommStats] = None
+    done: bool = False

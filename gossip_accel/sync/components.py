@@ -37,6 +37,7 @@ class Component:
     period: int
     pieces: list[Piece]
     flat: torch.Tensor = field(repr=False)
+    offset: int = 0  # o_i of sync.stagger (schedule.stagger_offsets): syncs when (t - W + o_i) mod H_i == 0
 
     @property
     def numel(self) -> int:

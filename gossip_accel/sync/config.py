@@ -75,6 +75,8 @@ EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
 #: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
 #: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
 MIXINGS = ("pull", "pair")
+#: ``sync.overlap_merge``: how a delayed average is merged with the tau steps made meanwhile (overlap.py)
+OVERLAP_MERGES = ("delta", "mix", "replace")
 #: ``sync.hierarchy.carriers``: which local rank of a group carries component i between groups
 CARRIER_POLICIES = ("balanced", "round_robin")
 #: ``sync.hierarchy.group_size`` words: one group per node (``node`` insists on several nodes)
@@ -170,6 +172,11 @@ class SyncConfig:
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
     exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
     mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
+    # -- staggered and overlapped syncs (schedule.py, overlap.py; docs/ALGORITHMS.md) ------------------
+    stagger: bool = False                 # components sharing a period H sync at offsets floor(k H / K)
+    overlap_steps: int = 0                # tau: a sync posted at t is applied at t + tau (0 = blocking)
+    overlap_merge: str = "delta"          # delta: rule(avg_t) + (theta_{t+tau} - theta_t) | mix | replace
+    overlap_mix: float = 0.5              # alpha of overlap_merge=mix: alpha theta_{t+tau} + (1 - alpha) rule(avg_t)
     # a torch.optim optimizer on the outer gradient p - theta_bar instead of the BMUF rule (algorithms/outer.py):
     # {name: <torch.optim class>, <its keyword arguments>}; null = the paper's BMUF (eta, zeta, nesterov)
     outer_optimizer: Optional[dict[str, Any]] = None
@@ -317,6 +324,7 @@ def validate(cfg: SyncConfig) -> None:
     if cfg.p is not None and cfg.q is not None:
         check_ring_degree(cfg.p, cfg.q)
     _validate_mixing(cfg)
+    _validate_overlap(cfg)
     _validate_wire_and_hierarchy(cfg)
     _validate_outer_optimizer(cfg)
     if not cfg.components:
@@ -342,6 +350,32 @@ def _validate_mixing(cfg: SyncConfig) -> None:
     if cfg.round_mixing == "pair" and cfg.q not in (None, 1):
         raise ConfigError(f"sync.mixing=pair gives every node one partner per round, but sync.q={cfg.q}; "
                           "drop sync.q (or set it to 1), or use sync.mixing=pull")
+
+
+def _validate_overlap(cfg: SyncConfig) -> None:
+    """sync.stagger / sync.overlap_*: the algorithms that implement them (registry ``overlap``), a merge of
+    OVERLAP_MERGES, tau below every period (one exchange in flight per component), alpha in [0, 1]."""
+    tau = cfg.overlap_steps
+    if tau < 0:
+        raise ConfigError(f"sync.overlap_steps={tau} must be >= 0 (0: blocking syncs)")
+    if (tau > 0 or cfg.stagger) and not cfg.spec.overlap:
+        key = "sync.overlap_steps" if tau > 0 else "sync.stagger"
+        raise ConfigError(f"{key} is implemented for {', '.join(registry.names(overlap=True))}; "
+                          f"{cfg.algorithm} syncs as it is: set sync.overlap_steps=0 and sync.stagger=false")
+    if cfg.overlap_merge not in OVERLAP_MERGES:
+        raise ConfigError(f"sync.overlap_merge={cfg.overlap_merge!r}; choose one of {', '.join(OVERLAP_MERGES)} "
+                          "(delta: carry the local progress of the tau steps; mix: Streaming DiLoCo's mixing; "
+                          "replace: drop it)")
+    if not 0.0 <= cfg.overlap_mix <= 1.0:
+        raise ConfigError(f"sync.overlap_mix={cfg.overlap_mix} must be in [0, 1]")
+    periods = [cfg.period] + [r.period for r in cfg.components if r.period is not None]
+    if tau > 0 and tau >= min(periods):
+        raise ConfigError(f"sync.overlap_steps={tau} must be below every period (the smallest is {min(periods)}): "
+                          "a component has one exchange in flight at a time")
+    if tau > 0 and cfg.exchange_dtype != "float32" and cfg.spec.graph == "full":
+        raise ConfigError(f"sync.overlap_steps={tau} with sync.exchange_dtype={cfg.exchange_dtype} on the full graph "
+                          f"({cfg.algorithm}) is not implemented (its two-phase wire is blocking); "
+                          "use sync.exchange_dtype=float32 or a gossip algorithm")
 
 
 def _validate_outer_optimizer(cfg: SyncConfig) -> None:

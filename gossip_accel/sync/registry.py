@@ -35,7 +35,8 @@ class Algorithm:
     ``sync.exchange_dtype`` other than float32, ``sync.hierarchy.group_size`` > 1 are implemented.
     ``nonfinite``: what ``sync.nonfinite=reset`` does for it (health.py). ``outer_optimizer``: its slots
     may hold a torch optimizer on the outer gradient instead of the BMUF rule (``sync.outer_optimizer``,
-    algorithms/outer.py).
+    algorithms/outer.py). ``overlap``: ``sync.stagger`` and ``sync.overlap_steps`` > 0 are implemented
+    (schedule.py, overlap.py).
     """
 
     name: str
@@ -52,6 +53,7 @@ class Algorithm:
     low_precision_wire: bool = False
     hierarchy: bool = False
     outer_optimizer: bool = False
+    overlap: bool = False
     engine: str = ""
     simulator: str = ""
 
@@ -83,7 +85,7 @@ def _periodic(name: str, graph: str, rule: str, all_neighbours: bool = False) ->
     """Algorithm 1 of 000: every H_i steps an average over the graph, then the rule."""
     return Algorithm(name, "periodic", graph, rule, _MEAN if graph == "full" else _RING,
                      bmuf_slots=rule == "bmuf", all_neighbours=all_neighbours, warmup=True,
-                     low_precision_wire=True, hierarchy=True, outer_optimizer=rule == "bmuf")
+                     low_precision_wire=True, hierarchy=True, outer_optimizer=rule == "bmuf", overlap=True)
 
 
 _SERVER = "the server rejects a non-finite push; a sick worker restarts from the reply"
@@ -132,7 +134,7 @@ def _yes(flag: bool) -> str:
 
 #: the columns of :func:`support_table` (docs/ALGORITHMS.md holds its output)
 SUPPORT_COLUMNS = ("`sync.algorithm`", "family / engine", "graph", "rule (`algorithms/`)", "BMUF slots",
-                   "outer optimizer", "warm-up", "bf16/fp16 wire", "hierarchy", "lock-step", "DeepSpeed", "`sync.nonfinite=reset`")
+                   "outer optimizer", "warm-up", "bf16/fp16 wire", "hierarchy", "stagger / overlap", "lock-step", "DeepSpeed", "`sync.nonfinite=reset`")
 
 
 def support_table() -> str:
@@ -141,7 +143,7 @@ def support_table() -> str:
     for a in ALGORITHMS:
         family = a.family if a.engine == a.family else f"{a.family} / {a.engine}"
         cells = (f"`{a.name}`", family, a.graph + (f" ({a.pairing} pairs)" if a.pairing else ""), f"`{a.rule}.py`",
-                 _yes(a.bmuf_slots), _yes(a.outer_optimizer), _yes(a.warmup), _yes(a.low_precision_wire), _yes(a.hierarchy), a.lockstep,
+                 _yes(a.bmuf_slots), _yes(a.outer_optimizer), _yes(a.warmup), _yes(a.low_precision_wire), _yes(a.hierarchy), _yes(a.overlap), a.lockstep,
                  a.deepspeed, a.nonfinite)
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

@@ -9,7 +9,10 @@ The asynchronous algorithms (ASGD, async EASGD, ADPSGD) are simulated in their d
 lock-step order (``sync.lockstep: true`` in a distributed run): the server takes the pushes
 of a round in rank order; ADPSGD's partners average exactly. :class:`HierarchicalCluster` is the
 oracle of ``sync.hierarchy`` (groups of ranks), and ``sync.exchange_dtype`` is rounded exactly as
-the transport rounds it (:mod:`gossip_accel.sync.precision`).
+the transport rounds it (:mod:`gossip_accel.sync.precision`). ``sync.stagger`` shifts each component's
+sync steps by its offset, and ``sync.overlap_steps`` = tau keeps the replicas' snapshots of a sync step
+t and applies their average (rule and merge, :mod:`gossip_accel.sync.overlap`) at t + tau, as the
+periodic engine does.
 
 CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.sync.simulate``)
 compares the algorithms on the toy task of :mod:`gossip_accel.sync.toy` and prints a table.
@@ -26,8 +29,9 @@ from . import health
 from .algorithms import asgd_delta, elastic_center_update_sync, new_local_model, start_slots
 from .components import split_buffers, split_components
 from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
+from .overlap import merge_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
-from .schedule import event_at
+from .schedule import event_at, stagger_offsets
 from .topology import RingTopology, make_topology
 from .worker import easgd_sync_worker, neighbour_mean, pair_merge, record_reset, server_push, server_reply
 
@@ -42,6 +46,10 @@ class SimulatedCluster:
         cfg = self.cfg
         validate_for_world(cfg, n)
         self.comps = [split_components(m.named_parameters(), cfg.components, cfg.period) for m in self.models]
+        offsets = stagger_offsets([c.period for c in self.comps[0]], cfg.stagger)
+        for comps in self.comps:
+            for comp, offset in zip(comps, offsets):
+                comp.offset = offset
         period = min(c.period for c in self.comps[0])
         self.bufs = [split_buffers(m.named_buffers(), period) if cfg.buffers != "local" else None for m in self.models]
         self.topology = make_topology(cfg.algorithm, n, cfg.resolved_p(n), cfg.resolved_q(n), cfg.seed, cfg.round_mixing) if n > 1 else None
@@ -68,12 +76,14 @@ class SimulatedCluster:
         self.on_reset: Optional[Callable[[int, list[str]], None]] = None  # (rank, parameter names)
         self.nonfinite_dropped = [0] * n
         self.pending = None  # delay-by-one: (component indices, pairs, {k: {ci: sent model}})
+        self.inflight: list[tuple[int, int, Any, list[torch.Tensor]]] = []  # overlap: (apply_at, ci, event, snapshots)
 
     def _with_buffers(self, k: int):
         return self.comps[k] + ([self.bufs[k]] if self.bufs[k] is not None else [])
 
-    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int) -> list[tuple[torch.Tensor, str]]:
-        """(theta_bar, rule) for every worker: the global mean, or Algorithm 1 line 8 on the ring; with
+    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int
+                  ) -> list[tuple[torch.Tensor, str, bool]]:
+        """(theta_bar, rule, reset?) for every worker: the global mean, or Algorithm 1 line 8 on the ring; with
         ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/sync/health.py)."""
         name = self.comps[0][ci].name
         slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
@@ -83,7 +93,7 @@ class SimulatedCluster:
                 mean = simulated_full_mean([torch.zeros_like(t) if s else t for t, s in zip(thetas, sick)], self.wire)
                 if any(sick):
                     mean.mul_(self.n / sick.count(False))
-            return [(mean.clone(), "warmup_end" if sick[k] and slots_bad[k] else kind) for k in range(self.n)]
+            return [(mean.clone(), "warmup_end" if sick[k] and slots_bad[k] else kind, sick[k]) for k in range(self.n)]
         plan = self.topology.plan(ci, round_)
         out = []
         for k in range(self.n):
@@ -94,7 +104,7 @@ class SimulatedCluster:
             self.nonfinite_dropped[k] += dropped
             if source is not None:
                 self._record(k, self.comps[k][ci], source)
-            out.append((bar, kind if source is None else "warmup_end"))
+            out.append((bar, kind if source is None else "warmup_end", source is not None))
         return out
 
     def _healthy_mean(self, vals: list[torch.Tensor], comps: list) -> tuple[torch.Tensor, list[bool]]:
@@ -130,17 +140,45 @@ class SimulatedCluster:
             if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
                 self._sync_buffers()
             return
+        self._apply_inflight(self.t)
         for ci, comp0 in enumerate(self.comps[0]):
-            ev = event_at(self.t, comp0.period, cfg.warmup_steps, cfg.warmup_period)
+            ev = event_at(self.t, comp0.period, cfg.warmup_steps, cfg.warmup_period, comp0.offset)
             if ev is None:
                 continue
             thetas = [self.comps[k][ci].gather().clone() for k in range(self.n)]
-            for k, (bar, kind) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
-                slots = self.slots[k].get(comp0.name)
-                new = new_local_model(kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
-                self.comps[k][ci].scatter(new)
+            if cfg.overlap_steps > 0 and ev.kind == "sync":  # posted now, applied at t + tau
+                self._check_full_graph(thetas, ci)
+                self.inflight.append((self.t + cfg.overlap_steps, ci, ev, thetas))
+                continue
+            self._apply_averages(ci, ev, thetas)
         if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
             self._sync_buffers()
+
+    def _apply_averages(self, ci: int, ev: Any, thetas: list[torch.Tensor], overlapped: bool = False) -> None:
+        """Every worker's rule on its average of ``thetas``; overlapped: merged with its live model."""
+        cfg = self.cfg
+        for k, (bar, kind, reset) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
+            slots = self.slots[k].get(self.comps[k][ci].name)
+            new = new_local_model(kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
+            if overlapped:
+                new = merge_(self.comps[k][ci].gather().clone(), thetas[k], new, cfg.overlap_merge, cfg.overlap_mix,
+                             reset)
+            self.comps[k][ci].scatter(new)
+
+    def _apply_inflight(self, t: Optional[int]) -> None:
+        """The overlapped syncs due at step t (all when t is None: before the final average), in post order."""
+        due = [f for f in self.inflight if t is None or f[0] == t]
+        self.inflight = [f for f in self.inflight if not (t is None or f[0] == t)]
+        for _, ci, ev, thetas in due:
+            self._apply_averages(ci, ev, thetas, overlapped=True)
+
+    def _check_full_graph(self, thetas: list[torch.Tensor], ci: int) -> None:
+        """An overlapped full-graph sync: the engine's flag all-reduce at the post step raises per the policy."""
+        if self.cfg.nonfinite == "ignore" or isinstance(self.topology, RingTopology):
+            return
+        name = self.comps[0][ci].name
+        sick = [any(health.replica_sick(v, self.slots[k].get(name))) for k, v in enumerate(thetas)]
+        health.Verdict([name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
 
     def _server_step(self, due: list[int]) -> None:
         """EASGD eq. 8 (all at once) or eq. 9 / ASGD eq. 2 (pushes in rank order) on the due components."""
@@ -245,6 +283,7 @@ class SimulatedCluster:
                 self._sync_buffers()
             return
         self._resolve_delayed()
+        self._apply_inflight(None)
         for ci in range(len(self.comps[0])):
             mean = self._healthy_mean([self.comps[k][ci].gather().clone() for k in range(self.n)],
                                       [self.comps[k][ci] for k in range(self.n)])[0]

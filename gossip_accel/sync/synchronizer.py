@@ -38,7 +38,7 @@ from .config import ConfigError, SyncConfig, load_sync_config, validate_for_worl
 from .elastic import MERGED_FROM, continues_as
 from .engines import EngineContext, engine_class
 from .precision import wire_dtype
-from .schedule import event_at
+from .schedule import event_at, stagger_offsets
 from .topology import make_topology
 
 STATE_VERSION = 1
@@ -89,6 +89,8 @@ class Synchronizer:
         self.components: list[Component] = split_components(
             self.model.named_parameters(), self.cfg.components, self.cfg.period
         )
+        for comp, offset in zip(self.components, stagger_offsets([c.period for c in self.components], self.cfg.stagger)):
+            comp.offset = offset  # sync.stagger (schedule.py)
         self.buffers: Optional[Component] = None
         if self.cfg.buffers != "local":
             self.buffers = split_buffers(
@@ -154,7 +156,7 @@ class Synchronizer:
         cfg = self.cfg
         due = []
         for comp in self.components:
-            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period)
+            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period, comp.offset)
             if ev is not None:
                 due.append((comp, ev))
         buffers_due = (self.buffers is not None and self.engine.syncs_buffers_in_step
@@ -350,6 +352,7 @@ class Synchronizer:
 
     def state_dict(self) -> dict:
         """Step counter, BMUF slots, sampler state and counters (this worker's; ranks differ)."""
+        engine = self.engine.state_dict() if self.engine is not None else {}  # first: it may complete exchanges
         return {
             "version": STATE_VERSION,
             "t": self.t,
@@ -363,7 +366,7 @@ class Synchronizer:
             "comm": self.comm.stats.state_dict() if self.comm else {},
             "divergence": dict(self.divergence),
             "finalized": self.finalized,
-            "engine": self.engine.state_dict() if self.engine is not None else {},
+            "engine": engine,
         }
 
     def load_state_dict(self, state: dict) -> None:

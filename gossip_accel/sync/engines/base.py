@@ -115,12 +115,17 @@ class EngineContext:
         if sick:
             comp.flat.zero_()
         self.comm.allreduce_mean(comp.name, comp.flat, self.wire(kind))
-        if verdict is None or verdict.healthy(j) == self.world_size:
+        return self.masked_result(comp, comp.flat, kind, sick, verdict.healthy(j) if verdict is not None else None)
+
+    def masked_result(self, comp: Component, mean: torch.Tensor, kind: str, sick: bool, healthy: Optional[int]) -> str:
+        """``mean`` (the all-reduce mean, sick ranks sent zeros) <- the mean over the ``healthy`` ranks; a sick
+        rank is recorded as reset. Returns the rule to apply (:meth:`masked_allreduce`)."""
+        if healthy is None or healthy == self.world_size:
             return kind
-        comp.flat.mul_(self.world_size / verdict.healthy(j))
+        mean.mul_(self.world_size / healthy)
         if not sick:
             return kind
-        self.record_reset(comp, f"the average of the {verdict.healthy(j)} healthy ranks")
+        self.record_reset(comp, f"the average of the {healthy} healthy ranks")
         slots = self.slots.get(comp.name)
         return "warmup_end" if health.slots_sick(slots) else kind
 

@@ -6,8 +6,12 @@ on the full graph and for the warm-up averages, or with the node's q ring neighb
 in one batched exchange for the local/gossip variants; then the update rule of ``sync.algorithm``
 (:func:`~gossip_accel.sync.algorithms.new_local_model`: lines 9-16) writes the new local model.
 One flag all-reduce per step covers the full-graph components and the buffers (health.py).
+With ``sync.overlap_steps`` = tau > 0 a ``sync`` event is posted instead and applied tau steps later
+(:mod:`.overlap`); warm-up averages stay blocking.
 """
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -15,10 +19,13 @@ from .. import health
 from ..algorithms import new_local_model
 from ..comm import Exchange
 from ..components import Component
+from ..overlap import merge_
 from ..precision import is_low
+from ..schedule import event_at
 from ..topology import RingTopology
 from ..worker import neighbour_mean, relative_distance
 from .base import Due, Engine, EngineContext
+from .overlap import InFlight, OverlapQueue
 
 
 class PeriodicEngine(Engine):
@@ -40,25 +47,55 @@ class PeriodicEngine(Engine):
                                         for _ in range(ctx.topology.q)]
                 if is_low(ctx.wire_dtype):
                     self.send[comp.name] = torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
+        tau = ctx.cfg.overlap_steps
+        self.overlap = OverlapQueue(ctx, self.recv, self.send, self.gossip) if tau > 0 else None
 
     def step(self, t: int, due: Due, buffers_due: bool) -> None:
         """Lines 6-17 for the due components this rank carries, then the buffers."""
         ctx = self.ctx
-        shared = [c for c, _ in due]
+        later = self.overlap is not None  # sync.overlap_steps: sync events are posted now, applied at t + tau
+        for f in self.overlap.due(t) if later else []:
+            self._apply_inflight(f)
+        shared = [c for c, e in due if not (later and e.kind == "sync")] + (self._applied_now(t) if later else [])
         due = [(c, e) for c, e in due if ctx.carries(c)]
         ring = [(c, e) for c, e in due if self.gossip and e.kind == "sync"]
         full = [(c, e) for c, e in due if not (self.gossip and e.kind == "sync")]
         verdict = ctx.verdict([c for c, _ in full] + ([ctx.buffers] if buffers_due else []))
         for j, (comp, ev) in enumerate(full):  # verdict() gathered them
-            self._apply(comp, ctx.masked_allreduce(comp, ev.kind, verdict, j))
+            if later and ev.kind == "sync":
+                self.overlap.post_full(comp, ev, verdict, j)
+            else:
+                self._apply(comp, ctx.masked_allreduce(comp, ev.kind, verdict, j))
         if ring:
-            self._gossip_round(ring)
+            (self.overlap.post_ring if later else self._gossip_round)(ring)
         ctx.share(shared)
         if buffers_due:
             ctx.sync_buffers(verdict)
 
     def finalize(self) -> None:
+        """The exchanges in flight are applied first (at step T, with the progress made so far), then line 20."""
+        for f in self.overlap.due() if self.overlap is not None else []:
+            self._apply_inflight(f)
         self.ctx.average_all()
+
+    def state_dict(self) -> dict:
+        return {"overlap": self.overlap.state_dict()} if self.overlap is not None else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.overlap is not None:
+            self.overlap.load_state_dict(state.get("overlap", {}))
+
+    def _applied_now(self, t: int) -> list[Component]:
+        """Every component (carried or not) whose sync posted at t - tau is applied at t: the ones to share."""
+        ctx, tau = self.ctx, self.ctx.cfg.overlap_steps
+        return [c for c in ctx.components if t > tau and (ev := event_at(t - tau, c.period, ctx.cfg.warmup_steps,
+                                                                          ctx.cfg.warmup_period, c.offset))
+                is not None and ev.kind == "sync"]
+
+    def _apply_inflight(self, f: InFlight) -> None:
+        """Step t + tau: the average of the snapshots, the rule, the merge with the live model."""
+        bar, kind, reset = self.overlap.average(f)
+        self._apply(f.comp, kind, bar, self.overlap.snapshot[f.comp.name], reset)
 
     def _gossip_round(self, due: Due) -> None:
         """Algorithm 1 lines 7-8 for all due components in one batched exchange."""
@@ -81,16 +118,23 @@ class PeriodicEngine(Engine):
                 ctx.record_reset(comp, source)
             self._apply(comp, ev.kind if source is None else "warmup_end")
 
-    def _apply(self, comp: Component, kind: str) -> None:
-        """comp.flat holds theta_bar: record divergence, apply the rule, write the parameters."""
+    def _apply(self, comp: Component, kind: str, avg: Optional[torch.Tensor] = None,
+               snapshot: Optional[torch.Tensor] = None, reset: bool = False) -> None:
+        """comp.flat holds theta_bar: record divergence, apply the rule, write the parameters. Overlap: the
+        average ``avg`` of the ``snapshot`` theta_t instead, merged with the live model (overlap.merge_)."""
         ctx = self.ctx
+        out = comp.flat if avg is None else avg  # where the new model lands on the component's device
         if ctx.cfg.track_divergence:
-            ctx.metrics.divergence[comp.name] = relative_distance([p.view for p in comp.pieces], comp.flat)
-        bar = comp.flat
+            own = [p.view for p in comp.pieces] if snapshot is None else [snapshot]
+            ctx.metrics.divergence[comp.name] = relative_distance(own, out)
+        bar = out
         staging = self.staging.get(comp.name)
         if staging is not None:
-            bar = staging.copy_(comp.flat)
+            bar = staging.copy_(out)
         new = new_local_model(kind, bar, ctx.slots.get(comp.name), ctx.block_momentum, ctx.cfg.block_lr,
                               ctx.cfg.nesterov)
-        comp.scatter(new if new.device == comp.flat.device else comp.flat.copy_(new))
+        new = new if new.device == comp.flat.device else out.copy_(new)
+        if snapshot is not None:
+            new = merge_(comp.gather(), snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset)
+        comp.scatter(new)
 

@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from ..comm import Communicator
 from ..config import ConfigError, check_group_size, load_sync_config
-from ..schedule import event_at
+from ..schedule import applied_at
 from ..synchronizer import Synchronizer
 
 CLIENT_STATE_KEY = "gossip_accel_synchronizer"
@@ -322,8 +322,8 @@ class DeepSpeedSynchronizer(Synchronizer):
 
     def _synced_at(self, t: int) -> bool:
         cfg = self.cfg
-        return cfg.uses_rpc or any(event_at(t, c.period, cfg.warmup_steps, cfg.warmup_period) is not None
-                                   for c in self.components)
+        return cfg.uses_rpc or any(applied_at(t, c.period, cfg.warmup_steps, cfg.warmup_period, c.offset,
+                                              cfg.overlap_steps) for c in self.components)
 
     def step(self) -> None:
         """Synchronize what is due if the engine took an optimizer step since the last call."""
