@@ -125,16 +125,20 @@ def launch(variant: str, work: Path, run: int, timeout: float, env: dict) -> tup
     except subprocess.TimeoutExpired as e:
         rc, log = None, (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
     kind = "timeout" if rc is None else classify(rc, log)
-    errors = [line for line in log.splitlines() if "Error" in line or "terminate called" in line or "Signal" in line]
+    lines = log.splitlines()
+    errors = [line for line in lines if "Error" in line or "terminate called" in line or "Signal" in line]
+    crash = next((i for i, line in enumerate(lines) if "terminate called" in line or "Fatal Python error" in line), None)
     return kind, {"run": run, "kind": kind, "rc": rc, "seconds": time.perf_counter() - start,
-                  "error_lines": errors[:12], "log_tail": log[-2500:]}
+                  "error_lines": errors[:12], "log_tail": log[-2500:],
+                  "crash": None if crash is None else "\n".join(lines[max(0, crash - 5):crash + 40])}
 
 
 def run_variant(variant: str, runs: int, timeout: float, work: Path, parallel: int) -> dict:
     """``runs`` launches, ``parallel`` at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    # PYTHONFAULTHANDLER: a worker that aborts prints every thread's Python stack (where it died)
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
     if variant == "lm_trainer":
         tiny_corpus(work / "data")
     counts = {"ok": 0, "abort": 0, "timeout": 0, "other": 0}
