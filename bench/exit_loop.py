@@ -18,6 +18,12 @@ Variants:
 * ``user_loop``: ``torchrun --nproc_per_node 4`` of this file's worker, a user's loop as README.md
   shows it: ``Accelerator(cpu=True)``, ``AccelerateSynchronizer`` with gossip-BMUF (period 4,
   12 steps), the final average when the ``with`` block ends, ``gossip_accel.shutdown()``;
+* ``user_loop_fork``: the same loop in 4 processes forked from this one after it imported torch,
+  accelerate and gossip_accel (a launch costs a process start and ``import torch`` less: on a
+  loaded 2-core machine a torchrun launch took 30-50 s, a forked one a few). Each worker sets the
+  launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT), runs the loop and then leaves through
+  the interpreter's normal exit (finalization, atexit, C++ static destructors), as a launched
+  script does; its exit status (a signal: SIGABRT) comes from ``os.waitpid``;
 * ``lm_trainer``: ``utils/launch.sh --num-workers 4`` (accelerate launch) of
   ``gossip_accel.bin.train_lm`` on a tiny generated corpus (1 epoch of 6 steps).
 
@@ -107,6 +113,74 @@ def command(variant: str, work: Path, run: int) -> list[str]:
     raise SystemExit(f"exit_loop.py: unknown variant {variant!r} (user_loop, lm_trainer)")
 
 
+class WorkerDone(BaseException):
+    """Raised in a forked worker when its loop is done: it unwinds to the top of this script, whose
+    interpreter then exits as a launched script's does."""
+
+
+def forked_launch(run: int, timeout: float, work: Path, cores: bool) -> tuple[str, dict]:
+    """One launch of ``user_loop_fork``: WORLD workers forked from this process (``cores``: a worker
+    that aborts leaves a core file in ``work/core<run>_<rank>/`` for gdb)."""
+    import faulthandler
+    import resource
+    import signal
+
+    port, logs, pids = free_port(), [work / f"fork{run}_rank{r}.log" for r in range(WORLD)], []
+    work.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for r in range(WORLD):
+        pid = os.fork()
+        if pid == 0:  # the worker: no return into the driver's loop
+            fd = os.open(logs[r], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            faulthandler.enable()
+            if cores:
+                os.makedirs(work / f"core{run}_{r}", exist_ok=True)
+                os.chdir(work / f"core{run}_{r}")
+                resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+            os.environ.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD),
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            user_loop_worker()
+            raise WorkerDone
+        pids.append(pid)
+    statuses, deadline = {}, time.monotonic() + timeout
+    while len(statuses) < WORLD and time.monotonic() < deadline:
+        for pid in pids:
+            if pid not in statuses and (got := os.waitpid(pid, os.WNOHANG))[0]:
+                statuses[pid] = got[1]
+        time.sleep(0.05)
+    for pid in pids:
+        if pid not in statuses:
+            os.kill(pid, signal.SIGKILL)
+            statuses[pid] = None
+            os.waitpid(pid, 0)
+    log = "".join(f"--- rank {r} ---\n" + logs[r].read_text(errors="replace") for r in range(WORLD))
+    codes = []
+    for pid in pids:
+        st = statuses[pid]
+        codes.append(None if st is None else (-os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)))
+    for r, f in enumerate(logs):
+        f.unlink()
+        if cores and not any((work / f"core{run}_{r}").iterdir()):
+            (work / f"core{run}_{r}").rmdir()
+    if None in codes:
+        kind = "timeout"
+    elif -signal.SIGABRT in codes:
+        kind = "abort"
+    else:
+        kind = classify(max(abs(c) for c in codes), log)
+    return kind, failure_info(run, kind, codes, log, time.perf_counter() - start)
+
+
+def failure_info(run: int, kind: str, rc, log: str, seconds: float) -> dict:
+    lines = log.splitlines()
+    errors = [line for line in lines if "Error" in line or "terminate called" in line or "Signal" in line]
+    crash = next((i for i, line in enumerate(lines) if "terminate called" in line or "Fatal Python error" in line), None)
+    return {"run": run, "kind": kind, "rc": rc, "seconds": seconds, "error_lines": errors[:12],
+            "log_tail": log[-2500:], "crash": None if crash is None else "\n".join(lines[max(0, crash - 5):crash + 40])}
+
+
 def classify(rc: int, log: str) -> str:
     if rc == 0:
         return "ok"
@@ -125,32 +199,57 @@ def launch(variant: str, work: Path, run: int, timeout: float, env: dict) -> tup
     except subprocess.TimeoutExpired as e:
         rc, log = None, (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
     kind = "timeout" if rc is None else classify(rc, log)
-    lines = log.splitlines()
-    errors = [line for line in lines if "Error" in line or "terminate called" in line or "Signal" in line]
-    crash = next((i for i, line in enumerate(lines) if "terminate called" in line or "Fatal Python error" in line), None)
-    return kind, {"run": run, "kind": kind, "rc": rc, "seconds": time.perf_counter() - start,
-                  "error_lines": errors[:12], "log_tail": log[-2500:],
-                  "crash": None if crash is None else "\n".join(lines[max(0, crash - 5):crash + 40])}
+    return kind, failure_info(run, kind, rc, log, time.perf_counter() - start)
 
 
-def run_variant(variant: str, runs: int, timeout: float, work: Path, parallel: int) -> dict:
-    """``runs`` launches, ``parallel`` at a time."""
-    from concurrent.futures import ThreadPoolExecutor
+def in_time(runs: int, max_minutes: float):
+    """0 .. runs-1, stopping early once ``max_minutes`` have passed (0: never)."""
+    end = time.monotonic() + 60 * max_minutes
+    for i in range(runs):
+        if max_minutes and time.monotonic() > end:
+            print(f"[exit_loop] --max-minutes {max_minutes:g} reached after {i} launches", flush=True)
+            return
+        yield i
 
+
+def pooled(fn, items, parallel: int):
+    """``fn(i)`` for the items, ``parallel`` at a time, taking the next item only when one is done."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(parallel) as pool:
+        pending = set()
+        for i in items:
+            pending.add(pool.submit(fn, i))
+            if len(pending) >= parallel:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                yield from (f.result() for f in done)
+        yield from (f.result() for f in pending)
+
+
+def run_variant(variant: str, runs: int, timeout: float, work: Path, parallel: int, cores: bool = False,
+                max_minutes: float = 0) -> dict:
+    """``runs`` launches, ``parallel`` at a time; none started after ``max_minutes`` (0: no limit)."""
     # PYTHONFAULTHANDLER: a worker that aborts prints every thread's Python stack (where it died)
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
     if variant == "lm_trainer":
         tiny_corpus(work / "data")
     counts = {"ok": 0, "abort": 0, "timeout": 0, "other": 0}
     failures, seconds = [], []
-    with ThreadPoolExecutor(parallel) as pool:
-        for kind, info in pool.map(lambda i: launch(variant, work, i, timeout, env), range(runs)):
-            counts[kind] += 1
-            seconds.append(info["seconds"])
-            if kind != "ok":
-                failures.append(info)
-            print(f"[exit_loop] {variant} {len(seconds)}/{runs}: {kind} (rc {info['rc']}, {info['seconds']:.1f} s); "
-                  f"failed so far {len(seconds) - counts['ok']}", flush=True)
+    if variant == "user_loop_fork":  # forks from this (main) thread, one launch at a time
+        os.environ.update({k: env[k] for k in ("OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "PYTHONFAULTHANDLER")})
+        import accelerate  # noqa: F401 - imported once, before the forks
+        import gossip_accel.sync.integrations.accelerate  # noqa: F401
+        results = (forked_launch(i, timeout, work / "fork", cores) for i in in_time(runs, max_minutes))
+    else:
+        results = pooled(lambda i: launch(variant, work, i, timeout, env), in_time(runs, max_minutes), parallel)
+    for kind, info in results:
+        counts[kind] += 1
+        seconds.append(info["seconds"])
+        if kind != "ok":
+            failures.append(info)
+        print(f"[exit_loop] {variant} {len(seconds)}/{runs}: {kind} (rc {info['rc']}, {info['seconds']:.1f} s); "
+              f"failed so far {len(seconds) - counts['ok']}", flush=True)
+    runs = len(seconds)
     return {"runs": runs, "parallel": parallel, "counts": counts, "failed": runs - counts["ok"],
             "rate": (runs - counts["ok"]) / runs if runs else None,
             "seconds_per_launch": sum(seconds) / len(seconds) if seconds else None, "failures": failures}
@@ -171,11 +270,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--label", default="run", help="the entry of bench/results/exit_loop.json (e.g. before, after)")
-    ap.add_argument("--runs", type=int, default=100, help="launches of the user_loop variant")
+    ap.add_argument("--runs", type=int, default=100, help="launches of the user_loop variants")
     ap.add_argument("--lm-runs", type=int, default=20, help="launches of the lm_trainer variant")
-    ap.add_argument("--variants", nargs="+", default=["user_loop"], choices=["user_loop", "lm_trainer"])
+    ap.add_argument("--variants", nargs="+", default=["user_loop"], choices=["user_loop", "user_loop_fork", "lm_trainer"])
     ap.add_argument("--timeout", type=float, default=300, help="seconds allowed per launch")
     ap.add_argument("--parallel", type=int, default=1, help="launches at a time (more load: the race may change)")
+    ap.add_argument("--max-minutes", type=float, default=0, help="start no launch after this many minutes (0: all)")
+    ap.add_argument("--cores", action="store_true", help="user_loop_fork: keep core files of aborted workers")
     ap.add_argument("--work", default=str(ROOT / "exp" / "exit_loop"), help="scratch directory")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
@@ -188,8 +289,8 @@ def main(argv=None) -> None:
     variants = {}
     for name in args.variants:
         before = machine_load.snapshot()
-        variants[name] = run_variant(name, args.runs if name == "user_loop" else args.lm_runs, args.timeout, work,
-                                     args.parallel)
+        variants[name] = run_variant(name, args.lm_runs if name == "lm_trainer" else args.runs, args.timeout, work,
+                                     args.parallel, args.cores, args.max_minutes)
         variants[name]["load"] = machine_load.assess(before, machine_load.snapshot())
         if (w := machine_load.warning(variants[name]["load"], f"exit_loop {name}")):
             print(w, flush=True)
@@ -207,4 +308,7 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except WorkerDone:  # a forked worker of user_loop_fork: its loop is done, exit as a script does
+        pass
