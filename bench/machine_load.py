@@ -8,7 +8,9 @@ the machine was not quiet.
 
 CPU use per process is measured, not taken from ``ps``'s %CPU (an average over the process's
 whole life): utime + stime from ``/proc/<pid>/stat`` sampled twice, ``interval`` seconds apart.
-This process and its descendants (the bench's own workers) are left out.
+The bench's own processes are left out: the descendants of the process named by the environment
+variable ``MACHINE_LOAD_ROOT_PID`` (a bench driver sets it for the workers it starts, which may
+sample the load themselves), else of this process.
 """
 from __future__ import annotations
 
@@ -52,9 +54,17 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+ROOT_PID_VAR = "MACHINE_LOAD_ROOT_PID"
+
+
+def mark_root() -> None:
+    """Call in a bench driver: the workers it starts count as its own processes, not as load."""
+    os.environ[ROOT_PID_VAR] = str(os.getpid())
+
+
 def _own(procs: dict[int, tuple[int, float, str]]) -> set[int]:
-    """This process and its descendants."""
-    own, grew = {os.getpid()}, True
+    """This process, the bench's root process (:func:`mark_root`) and their descendants."""
+    own, grew = {os.getpid(), int(os.environ.get(ROOT_PID_VAR) or os.getpid())}, True
     while grew:
         new = {pid for pid, (ppid, _, _) in procs.items() if ppid in own and pid not in own}
         own |= new
@@ -113,3 +123,11 @@ def summary(records: list[dict]) -> dict:
     """For a bench's JSON top level: how many settings ran on a busy machine, and the peak load."""
     return {"settings": len(records), "not_quiet": sum(not r["quiet"] for r in records),
             "max_loadavg_1min": max((s["loadavg"][0] for r in records for s in (r["before"], r["after"])), default=None)}
+
+
+def summary_warning(summ: dict, where: str) -> Optional[str]:
+    """The closing line of a bench whose settings were not all measured on a quiet machine."""
+    if not summ["not_quiet"]:
+        return None
+    return (f"WARNING: {summ['not_quiet']} of {summ['settings']} settings were measured on a busy machine (peak "
+            f"1-minute load {summ['max_loadavg_1min']}): not quiet-machine numbers (JSON: {where})")
