@@ -231,7 +231,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 rows[setting]["load"] = machine_load.assess(before, machine_load.snapshot())
                 print(progress(args.label, wl.name, setting, rows[setting]), flush=True)
                 if (w := machine_load.warning(rows[setting]["load"], f"{args.label} {wl.name} {setting}")):
-                    print(w, flush=True)
+                    print(f"[bench] {w}", flush=True)  # echoed by the driver (bench/cluster/launch.py)
         result["workloads"][wl.name] = {"spec": spec, "tokens_per_step_per_worker": wl.tokens_per_step,
                                         "parameters": next(iter(rows.values()))["parameters"], "rows": rows}
     result["worker_seconds"] = time.perf_counter() - start
