@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import machine_load  # noqa: E402
 from bench.cluster import netns, probe, report  # noqa: E402
 from bench.cluster.launch import run_workers  # noqa: E402
 from bench.cluster.links import DEFAULT_PRESETS, LinkSpecError, parse_link  # noqa: E402
@@ -133,7 +134,14 @@ def run_network(cluster: netns.Cluster, shaper: Shaper, link, args, work: Path, 
     net["loadavg_after"] = os.getloadavg()
     net["workers"] = json.loads(out.read_text())
     report.add_ratios(net["workers"])
+    net["load"] = machine_load.summary(setting_loads([net]))
     return net
+
+
+def setting_loads(networks: list[dict]) -> list[dict]:
+    """The load records the workers took around each setting (bench/machine_load.py)."""
+    return [row["load"] for net in networks for wl in net["workers"]["workloads"].values()
+            for row in wl["rows"].values() if "load" in row]
 
 
 def load_reports(paths: list[str]) -> dict:
@@ -185,6 +193,7 @@ def main(argv=None) -> int:
                                                     if k not in ("cleanup", "force", "report")},
               "networks": []}
     work = Path(tempfile.mkdtemp(prefix="gab_bench_"))
+    machine_load.mark_root()  # the workers sample the load around each setting, leaving out this job
     ok = False
     try:
         with netns.signals_raise(), netns.Cluster(args.workers) as cluster:
@@ -207,6 +216,9 @@ def main(argv=None) -> int:
         else:
             print(f"[cluster_bench] worker logs kept in {work}", file=sys.stderr)
     result["machine"]["loadavg_end"] = os.getloadavg()
+    result["load"] = machine_load.summary(setting_loads(result["networks"]))
+    if (w := machine_load.summary_warning(result["load"], "each row's 'load'")):
+        print(w, flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2))
     render(result, args)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -36,6 +35,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench import machine_load  # noqa: E402
+
 RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
 RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
 
@@ -188,7 +191,7 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
     workers = 1 if name == "single" else args.workers
     overrides = [*SETTINGS[name][1], f"train.epochs={args.epochs}", f"train.seed={seed}", f"sync.seed={seed - 1}",
                  *args.extra]
-    load_before = os.getloadavg()
+    load_before = machine_load.snapshot()
     confs = [recipe / "conf" / c for c in ("mini.yaml", "period_16_128.yaml", *setting_confs(name))]
     cmd = ["bash", str(ROOT / "utils" / "launch.sh"), "--num-workers", str(workers), "--port", str(free_port()), "--",
            "-m", "gossip_accel.bin.train_lm", *[a for c in confs for a in ("--config", str(c))], "--exp-dir", str(run_dir),
@@ -204,8 +207,11 @@ def run_one(recipe: Path, data: Path, run_dir: Path, name: str, seed: int, args)
         print(f"[quality] {name} seed {seed} FAILED (rc {r.returncode}); see {run_dir / 'train.log'}", flush=True)
         return {"failed": str(run_dir / "train.log")}
     res = json.loads(res_file.read_text())
+    load = machine_load.assess(load_before, machine_load.snapshot())
     res["bench"] = {"overrides": overrides, "wall_seconds": time.time() - start,
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+                    "loadavg_before": load_before["loadavg"], "loadavg_after": load["after"]["loadavg"], "load": load}
+    if (w := machine_load.warning(load, f"{name} seed {seed}")):
+        print(f"[quality] {w}", flush=True)
     res_file.write_text(json.dumps(res, indent=2))
     print(f"[quality] {name} seed {seed}: test ppl {res['final_test_ppl']:.2f}, "
           f"{res['bytes_sent_per_step_per_worker'] / 1e6:.3f} MB/step/worker", flush=True)
@@ -346,7 +352,11 @@ def main(argv=None) -> None:
     out = {"command": "python bench/quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": time.strftime("%Y-%m-%d %H:%M"), "corpus": args.corpus, "epochs": args.epochs,
            "workers": args.workers, "seeds": args.seeds, "rows": rows,
-           "curves": {n: [curve(r) for r in rs if "failed" not in r] for n, rs in runs.items()}}
+           "curves": {n: [curve(r) for r in rs if "failed" not in r] for n, rs in runs.items()},
+           "load": machine_load.summary([r["bench"]["load"] for rs in runs.values() for r in rs
+                                         if "load" in r.get("bench", {})])}
+    if (w := machine_load.summary_warning(out["load"], "each run's results.json 'bench.load'")):
+        print(f"[quality] {w}")
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=2))
     stem.with_suffix(".md").write_text(table)

@@ -27,13 +27,19 @@ def __getattr__(name: str):
 
 
 def shutdown() -> None:
-    """Tear down torch.distributed before exit (barrier + destroy_process_group).
+    """Tear down torch.distributed before exit: barrier, destroy_process_group, then wait until
+    the gloo work threads have let go of the last collectives' tensors.
 
-    A gloo process that exits right after a collective can abort with SIGABRT
-    ("terminate called without an active exception"); every launched script calls this last.
+    A gloo process that exits right after a collective can abort with SIGABRT ("terminate called
+    without an active exception"): a work thread that drops a tensor while the interpreter is
+    finalizing is ended by Python inside a ``noexcept`` destructor
+    (:func:`gossip_accel.sync.comm.wait_for_idle_gloo_workers`). Every launched script calls this last.
     """
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        from .sync.comm import wait_for_idle_gloo_workers
+
         dist.barrier()
         dist.destroy_process_group()
+        wait_for_idle_gloo_workers()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import machine_load
 from bench.cluster import netns, probe
 from bench.cluster.links import LinkSpecError, parse_link, tbf_args
 from bench.cluster.shaping import Shaper
@@ -53,6 +54,47 @@ def test_link_specs():
             parse_link(bad)
     args = tbf_args(1e9, 65000)
     assert args[:3] == ["tbf", "rate", "1000000000bit"] and int(args[4]) > 65000  # burst holds a full frame
+
+
+def _spin(seconds: float) -> None:
+    end = time.time() + seconds
+    while time.time() < end:
+        pass
+
+
+def test_machine_load_counts_other_processes_not_the_benchs_own():
+    """A busy process of the bench (a child) is its own load; one that is not (an orphan) is the machine's."""
+    spin = [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
+    child = subprocess.Popen(spin)
+    # an orphan: started by a shell that exits at once, so it is no descendant of this process
+    orphan = int(subprocess.run(["sh", "-c", f"{' '.join(map(repr, spin))} >/dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True).stdout)
+    try:
+        time.sleep(0.3)
+        snap = machine_load.snapshot(interval=1.0, top=50)
+    finally:
+        child.kill()
+        os.kill(orphan, signal.SIGKILL)
+    busy = {p["pid"]: p for p in snap["busy"]}
+    assert child.pid not in busy and orphan in busy and busy[orphan]["cpu_percent"] > 0
+    assert len(snap["loadavg"]) == 3 and snap["cores"] >= 1
+
+
+def test_machine_load_quiet_flag_and_warning():
+    def snap(load: float, cpu: float) -> dict:
+        return {"time": 0.0, "loadavg": [load, load, load], "cores": 2,
+                "busy": [{"pid": 7, "cpu_percent": cpu, "name": "trainer", "command": "trainer"}]}
+
+    quiet = machine_load.assess(snap(0.4, 3.0), snap(3.0, 3.0))     # the load after is the setting's own
+    assert quiet["quiet"] and machine_load.warning(quiet, "ddp") is None
+    busy = machine_load.assess(snap(2.5, 3.0), snap(3.0, 90.0))
+    assert not busy["quiet"]
+    assert busy["why"] == "load average 2.50 before (> 1 on 2 cores); busy after: trainer (pid 7) 90%"
+    assert machine_load.warning(busy, "ddp").startswith("WARNING: ddp was measured on a busy machine (load average 2.50")
+    summ = machine_load.summary([quiet, busy])
+    assert summ == {"settings": 2, "not_quiet": 1, "max_loadavg_1min": 3.0}
+    assert "1 of 2 settings" in machine_load.summary_warning(summ, "rows")
+    assert machine_load.summary_warning(machine_load.summary([quiet]), "rows") is None
 
 
 def test_cluster_builds_shapes_and_removes_namespaces(netns_ok):
@@ -154,3 +196,12 @@ def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
     assert (tmp_path / "bench_efficiency.png").stat().st_size > 0
     assert (tmp_path / "bench_bytes.png").stat().st_size > 0
     assert "| gossip_bmuf-(16,128) |" in md.read_text()
+    # the machine's load around each setting (bench/machine_load.py), with the quiet flag
+    for name, row in rows.items():
+        load = row["load"]
+        assert isinstance(load["quiet"], bool) and len(load["before"]["loadavg"]) == 3, name
+        assert load["after"]["time"] > load["before"]["time"] and isinstance(load["after"]["busy"], list), name
+        if not load["quiet"]:
+            assert f"WARNING: 1gbit/1ms synthetic-50k {name} was measured on a busy machine" in proc.stdout
+    assert result["load"]["settings"] == len(SETTINGS) and net["load"] == result["load"]
+    assert result["load"]["not_quiet"] == sum(not r["load"]["quiet"] for r in rows.values())

@@ -240,10 +240,23 @@ def test_prune_keeps_the_newest_complete_and_drops_older_partial_ones(tmp_path):
 
 
 def test_timeout_and_lost_peer_errors_name_operation_component_and_ranks():
-    with pytest.raises(CollectiveTimeout, match=r"exchange of 'lstm' timed out on rank 0 after the process group's "
-                                                r"timeout, waiting for ranks 1, 3: .*train.collective_timeout"):
-        with guard("exchange", "lstm", [1, 3]):
-            raise RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv")
+    from gossip_accel.sync import faults
+
+    faults.set_timeout_setting("train.collective_timeout")  # what the trainers' start_accelerator sets
+    try:
+        with pytest.raises(CollectiveTimeout, match=r"exchange of 'lstm' timed out on rank 0 after the process group's "
+                                                    r"timeout, waiting for ranks 1, 3: .*raise train.collective_timeout"):
+            with guard("exchange", "lstm", [1, 3]):
+                raise RuntimeError("[gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv")
+    finally:
+        faults.set_timeout_setting(faults.USER_TIMEOUT_SETTING)
+    # in a user's own loop (no trainer) it names where that loop sets the timeout, not a trainer key
+    with pytest.raises(CollectiveTimeout, match=r"raise the process group's timeout \(dist.init_process_group\(\.\.\., "
+                                                r"timeout=timedelta\(seconds=S\)\) or Accelerator\(kwargs_handlers="
+                                                r"\[InitProcessGroupKwargs\(timeout=") as e:
+        with guard("all-reduce", "all", [1]):
+            raise RuntimeError("Timed out waiting 5000ms for recv")
+    assert "train.collective_timeout" not in str(e.value)
     with pytest.raises(PeerLost, match=r"all-reduce of 'softmax_head' failed on rank 0: a peer among ranks 1-3 closed"):
         with guard("all-reduce", "softmax_head", range(4)):
             raise RuntimeError("[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:1234")

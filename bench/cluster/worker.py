@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from bench import machine_load
 from bench.cluster import overhead, timing
 from bench.cluster.runs import ALL_SETTINGS, DDP, DEFAULT_SETTINGS, NO_COMM, SettingRun, check_settings
 from bench.cluster.workloads import ROOT, Workload, make_workload
@@ -220,13 +221,17 @@ def main(argv: Optional[list[str]] = None) -> None:
                            args.synthetic_width, args.synthetic_depth)
         rows = {}
         for setting in args.settings:
+            before = machine_load.snapshot() if rank == 0 else None
             mine = run_setting(wl, setting, args, device, exp)
             gc.collect()  # the setting's model, optimizer and synchronizer are gone: free them before the next
             gathered: list = [None] * world
             dist.all_gather_object(gathered, mine)
             rows[setting] = aggregate(gathered, wl.tokens_per_step)
             if rank == 0:  # (accelerator.print prints on every node's local main process)
+                rows[setting]["load"] = machine_load.assess(before, machine_load.snapshot())
                 print(progress(args.label, wl.name, setting, rows[setting]), flush=True)
+                if (w := machine_load.warning(rows[setting]["load"], f"{args.label} {wl.name} {setting}")):
+                    print(f"[bench] {w}", flush=True)  # echoed by the driver (bench/cluster/launch.py)
         result["workloads"][wl.name] = {"spec": spec, "tokens_per_step_per_worker": wl.tokens_per_step,
                                         "parameters": next(iter(rows.values()))["parameters"], "rows": rows}
     result["worker_seconds"] = time.perf_counter() - start

@@ -17,6 +17,7 @@ seconds spent. Byte accounting:
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import defaultdict
@@ -317,3 +318,55 @@ class PendingAllreduce:
     post_seconds: float = 0.0
     stats: Optional[CommStats] = None
     done: bool = False
+
+
+#: the names Linux gives the threads of a gloo process group (ProcessGroupGloo's work threads)
+GLOO_WORKER_THREAD = "pt_gloo_runloop"
+
+
+def _gloo_worker_states() -> Optional[list[str]]:
+    """The scheduler state (R, S, D, ...) of each gloo work thread of this process; None where
+    ``/proc/self/task`` cannot be read (not Linux)."""
+    tasks = "/proc/self/task"
+    try:
+        tids = os.listdir(tasks)
+    except OSError:
+        return None
+    states = []
+    for tid in tids:
+        try:
+            with open(f"{tasks}/{tid}/comm") as f:
+                if f.read().strip() != GLOO_WORKER_THREAD:
+                    continue
+            with open(f"{tasks}/{tid}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return states
+
+
+def wait_for_idle_gloo_workers(timeout: float = 5.0, settle: int = 5, interval: float = 0.01) -> bool:
+    """Sleep until every gloo work thread of this process is asleep ``settle`` samples in a row.
+
+    ``destroy_process_group`` leaves a process group's C++ work threads running while anything
+    (a DDP model, the synchronizer) still holds the group: they end when the group is freed,
+    which is during interpreter finalization. A work thread that was descheduled right after a
+    collective completed still holds that collective's tensors; when it drops them after the
+    interpreter began finalizing, freeing a tensor whose Python object outlived Python's own
+    reference takes the GIL, Python ends the thread (``pthread_exit``) and the unwinding through
+    a ``noexcept`` destructor calls ``std::terminate``: "terminate called without an active
+    exception", SIGABRT, seen in about 1 of 45 4-worker runs on a loaded machine (bench/exit_loop.py).
+    Called after the last collective (:func:`gossip_accel.shutdown`), with the GIL released by
+    ``time.sleep``, this lets those threads drop what they hold while Python is still whole.
+    Returns False on timeout or where the threads cannot be seen (not Linux).
+    """
+    deadline, quiet = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        states = _gloo_worker_states()
+        if states is None:
+            return False
+        quiet = quiet + 1 if all(s == "S" for s in states) else 0
+        if quiet >= settle:
+            return True
+        time.sleep(interval)
+    return False

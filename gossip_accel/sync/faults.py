@@ -4,7 +4,8 @@ A worker that hangs (SIGSTOP, a deadlock, a dead machine whose sockets stay open
 peers waiting in a collective. The process group's timeout (``train.collective_timeout``,
 passed to ``init_process_group`` by :class:`gossip_accel.train.run.DistributedRun`) ends that
 wait with gloo's terse "Timed out waiting 5000ms for recv operation"; :func:`guard` turns it
-into an error naming the operation, the component, this rank, the peers and the timeout, so
+into an error naming the operation, the component, this rank, the peers, the timeout and the
+setting to raise (the trainers' key, or the process group's timeout in a user's loop), so
 the log of a restarted job says which rank to look at. The process then exits non-zero and
 the launcher (``utils/launch.sh --max-restarts N``) restarts the job from its last checkpoint.
 """
@@ -15,6 +16,19 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
+
+
+#: where the collective timeout of a user's own loop is set (what a timeout error says to raise)
+USER_TIMEOUT_SETTING = ("the process group's timeout (dist.init_process_group(..., timeout=timedelta(seconds=S)) or "
+                        "Accelerator(kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=S))]))")
+_timeout_setting = USER_TIMEOUT_SETTING
+
+
+def set_timeout_setting(name: str) -> None:
+    """Name the setting this process's collective timeout comes from, for the timeout errors:
+    the bundled trainers set ``train.collective_timeout``; a user's loop keeps USER_TIMEOUT_SETTING."""
+    global _timeout_setting
+    _timeout_setting = name
 
 
 class CollectiveTimeout(RuntimeError):
@@ -59,7 +73,7 @@ def guard(op: str, name: str, peers: Sequence[int], group: Optional[dist.Process
     ``op``: "all-reduce", "exchange", "broadcast", ...; ``name``: the component (or what the
     trainer was agreeing on); ``peers``: the global ranks this rank waited for; ``timeout``: the
     seconds waited when not the process group's (a ``Work.wait(timeout)``); ``fix``: what to do
-    about a timeout, when not raising ``train.collective_timeout``.
+    about a timeout, when not raising the process group's timeout (:func:`set_timeout_setting`).
     """
     try:
         yield
@@ -77,7 +91,7 @@ def guard(op: str, name: str, peers: Sequence[int], group: Optional[dist.Process
             raise
         t = pg_timeout(group) if timeout is None else timeout
         waited = f"{t:g} s" if t is not None else "the process group's timeout"
-        fix = fix or "raise train.collective_timeout if the peers are only slow"
+        fix = fix or f"raise {_timeout_setting} if the peers are only slow"
         raise CollectiveTimeout(
             f"{op} of '{name}' timed out on rank {rank} after {waited}, waiting for {_ranks(others or peers)}: "
             f"one of them hangs or died (look at its log; SIGSTOP, a deadlock, a dead machine); "

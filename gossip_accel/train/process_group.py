@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from ..sync.config import ConfigError
+from ..sync.faults import set_timeout_setting
 
 
 def init_process_group(cpu: bool, collective_timeout: timedelta, join_timeout: float = 900.0) -> None:
@@ -57,6 +58,7 @@ def start_accelerator(cpu: Optional[bool], collective_timeout: float) -> Any:
     if not collective_timeout > 0:
         raise ConfigError(f"train.collective_timeout={collective_timeout}: seconds, > 0 (default 1800)")
     cpu = resolve_cpu(cpu)
+    set_timeout_setting("train.collective_timeout")  # what a CollectiveTimeout of the trainers says to raise
     init_process_group(cpu, timedelta(seconds=collective_timeout))
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout))
     return Accelerator(cpu=cpu, kwargs_handlers=[timeout])
