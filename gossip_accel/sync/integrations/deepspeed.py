@@ -275,6 +275,9 @@ class DeepSpeedSynchronizer(Synchronizer):
         process_group: Optional[dist.ProcessGroup] = None,
     ):
         cfg = load_sync_config(config, overrides)
+        if cfg.warmup_kind == "gradients" or cfg.inner_state != "keep":
+            raise ConfigError("sync.warmup_kind=gradients and sync.inner_state are not implemented on DeepSpeed "
+                              "(it owns the gradients and the optimizer state): set warmup_kind=average, inner_state=keep")
         check_engine(engine, cfg)
         self.ds_engine = engine
         self.low_precision = bool(engine.fp16_enabled() or engine.bfloat16_enabled())
@@ -322,7 +325,7 @@ class DeepSpeedSynchronizer(Synchronizer):
 
     def _synced_at(self, t: int) -> bool:
         cfg = self.cfg
-        return cfg.uses_rpc or any(event_at(t, c.period, cfg.warmup_steps, cfg.warmup_period) is not None
+        return cfg.uses_rpc or any(event_at(t, c.period, cfg.warmup_steps, cfg.warmup_period, cfg.warmup_kind) is not None
                                    for c in self.components)
 
     def step(self) -> None:
