@@ -37,13 +37,6 @@ from .topology import RingTopology
 AVERAGING_EVENTS = ("warmup", "warmup_end", "sync")
 
 
-def inner_optimizer(optimizer) -> Optional[torch.optim.Optimizer]:
-    """The torch optimizer inside Accelerate's ``AcceleratedOptimizer`` / ``SyncedOptimizer`` (``.optimizer``)."""
-    while not isinstance(optimizer, torch.optim.Optimizer) and hasattr(optimizer, "optimizer"):
-        optimizer = optimizer.optimizer
-    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
-
-
 @dataclass
 class StateSlice:
     """One state tensor's part that belongs to one piece of a component."""

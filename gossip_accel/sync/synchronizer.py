@@ -36,7 +36,7 @@ from .comm import CommStats, Communicator
 from .components import Component, split_buffers, split_components
 from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
 from .engines import EngineContext, engine_class
-from .inner_state import InnerState, inner_optimizer
+from .inner_state import InnerState
 from .precision import wire_dtype
 from .schedule import event_at
 from .topology import make_topology
@@ -212,7 +212,7 @@ class Synchronizer:
         ``AccelerateSynchronizer`` call it; False if the optimizer has no step hooks. The torch optimizer
         inside is also the one whose state ``sync.inner_state`` resets or averages, and whose step is
         preceded by the gradient all-reduce of a ``sync.warmup_kind=gradients`` warm-up."""
-        inner = inner_optimizer(optimizer)
+        inner = usage.inner_optimizer(optimizer)
         if inner is not None and all(inner is not o for o in self.optimizers):
             self.optimizers.append(inner)
             if self.gradient_warmup is not None:
