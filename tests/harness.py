@@ -182,6 +182,20 @@ def ddp_gradients(rank: int) -> dict:
     return out
 
 
+def refused_without_optimizer(rank: int) -> str:
+    """sync.inner_state without a watched optimizer: the error of the first step() (before any collective)."""
+    from gossip_accel.sync.usage import UsageError
+
+    sync = Synchronizer(initial_model(rank), BASE, ["sync.algorithm=ma", "sync.inner_state=reset"])
+    try:
+        sync.step()
+    except UsageError as e:
+        return str(e)
+    finally:
+        sync.close()
+    return ""
+
+
 def plans_seen(rank: int) -> list:
     """Each rank's view of the neighbour choices of several rounds (must agree everywhere)."""
     from gossip_accel.sync.topology import RingTopology
@@ -204,6 +218,7 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
                                                  optimizer=OPTIMIZER.get(name, "sgd"))
     results["ddp_gradients"] = ddp_gradients(rank)
     results["plans"] = plans_seen(rank)
+    results["no_optimizer"] = refused_without_optimizer(rank)
     torch.save(results, os.path.join(outdir, f"results{rank}.pt"))
     shutdown()
 
