@@ -26,7 +26,6 @@ from typing import Optional, Sequence
 
 import torch
 
-from .comm import Exchange
 from .components import Component, Piece
 from .health import neighbour_mean_
 from .precision import is_low
@@ -134,6 +133,8 @@ class InnerState:
 
     def _gossip_round(self, due: Sequence[tuple[Component, Event]]) -> None:
         """The states of the due components with the neighbours of the parameters' round (one batched exchange)."""
+        from .comm import Exchange  # the distributed side only: the simulator imports this module without comm
+
         ctx, wire = self.ctx, self.ctx.wire("sync")
         states, items = [], []
         for comp, ev in due:
