@@ -90,6 +90,20 @@ SETTINGS: dict[str, tuple] = {
                              ["sync.algorithm=gossip_ma", "sync.mixing=pair", "sync.period=12",
                               "sync.components.0.period=96"]),
     "gossip_bmuf_eta_0.8": ("gossip-BMUF, eta 0.8", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.block_momentum=0.8"]),
+    # issue 14: the warm-up's kind and the inner optimizer's state, one change each from gossip_bmuf (pull, as measured; the recipe:
+    # 32 warm-up steps of full averages every 8, bf16 wire)
+    "gossip_bmuf_warmup_grads": ("gossip-BMUF, warm-up = DDP's gradient all-reduce for 32 steps",
+                                 ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.warmup_kind=gradients"]),
+    "gossip_bmuf_ramp": ("gossip-BMUF, 16 warm-up steps of averages every 8, then periods 8, 16, 32, .. up to (16,128)",
+                         ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.warmup_kind=ramp", "sync.warmup_steps=16"]),
+    "gossip_bmuf_state_reset": ("gossip-BMUF, the inner Adagrad state reset at every sync",
+                                ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.inner_state=reset"]),
+    "gossip_bmuf_state_average": ("gossip-BMUF, the inner Adagrad state averaged like the parameters",
+                                  ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.inner_state=average"]),
+    "gossip_bmuf_adam": ("gossip-BMUF, inner Adam lr 1e-3", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
+                                                             "train.lr=0.001"]),
+    "gossip_bmuf_sgd": ("gossip-BMUF, inner SGD lr 1.0", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=sgd",
+                                                          "train.lr=1.0"]),
     # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
     "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
@@ -119,6 +133,9 @@ GRIDS = {
     "overlap": ["gossip_bmuf", "gossip_bmuf_overlap4_delta", "gossip_bmuf_overlap4_mix", "gossip_bmuf_overlap4_replace",
                 "gossip_bmuf_stagger", "gossip_bmuf_stagger_overlap4", "gossip_bmuf_overlap2_delta",
                 "gossip_bmuf_overlap2_mix"],
+    # issue 14: the warm-up's kind and the inner optimizer's state (gossip_bmuf_adam / _sgd: not in it yet)
+    "inner": ["ddp", "gossip_bmuf", "gossip_bmuf_warmup_grads", "gossip_bmuf_ramp", "gossip_bmuf_state_reset",
+              "gossip_bmuf_state_average"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
                "gossip_bmuf_eta_0.8"],
 }

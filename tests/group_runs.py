@@ -46,6 +46,10 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
                              "sync.warmup_period=2"], 18),
     "gossip_bmuf_fp32": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1"], 19),
     "gossip_bmuf_bf16": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=bfloat16"], 19),
+    # a flat DDP model under AccelerateSynchronizer with a gradient warm-up: DDP's all-reduce in the comm hook
+    # for the first 6 steps, none afterwards (tests/test_warmup_kinds.py)
+    "ddp_gossip_bmuf_warmup_grads": (4, ["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
+                                         "sync.warmup_kind=gradients", "sync.seed=2"], 18),
 }
 
 
@@ -81,7 +85,7 @@ def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:
     model = initial_model(rank)
     opt = make_optimizer(model)
     net = model
-    if name.startswith("hier_ddp"):
+    if name.startswith(("hier_ddp", "ddp_")):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         from gossip_accel.sync.integrations.accelerate import AccelerateSynchronizer
@@ -163,8 +167,7 @@ def simulate(name: str) -> tuple[list[dict], list[dict]]:
     for t in range(1, steps + 1):
         for k in range(world):
             local_backward(models[k], opts[k], k, t)
-        if hier:
-            cluster.allreduce_gradients()
+        cluster.allreduce_gradients()  # the group's mean (hier_), or DDP's during a gradient warm-up
         for opt in opts:
             opt.step()
         cluster.step()

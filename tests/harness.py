@@ -69,9 +69,19 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "bmuf_overlap_slots_cpu": (["sync.algorithm=bmuf", "sync.slots_on_cpu=true", "sync.overlap_steps=2"], 18),
     "local_ma_overlap_replace": (["sync.algorithm=local_ma", "sync.p=1", "sync.overlap_steps=1",
                                   "sync.overlap_merge=replace"], 17),
+    # issue 14: the warm-up's kind (schedule.py, warmup.py) and the inner optimizer's state (inner_state.py)
+    "gossip_bmuf_warmup_grads": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
+                                  "sync.warmup_kind=gradients", "sync.seed=3"], 22),
+    "bmuf_warmup_ramp": (["sync.algorithm=bmuf", "sync.warmup_steps=2", "sync.warmup_period=1",
+                          "sync.warmup_kind=ramp"], 22),
+    "gossip_bmuf_state_average": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=4",
+                                   "sync.warmup_period=2", "sync.inner_state=average", "sync.seed=1"], 20),
+    "ma_state_reset_adam": (["sync.algorithm=ma", "sync.inner_state=reset"], 14),
+    "local_ma_state_average_adagrad": (["sync.algorithm=local_ma", "sync.p=1", "sync.inner_state=average"], 13),
 }
 # scenarios whose workers use another optimizer than make_optimizer's default
-OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd"}
+OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd", "ma_state_reset_adam": "adam",
+             "local_ma_state_average_adagrad": "adagrad"}
 
 
 def initial_model(rank: int) -> torch.nn.Module:
@@ -84,6 +94,10 @@ def make_optimizer(model: torch.nn.Module, kind: str = "sgd") -> torch.optim.Opt
         from gossip_accel.train.ngsgd import NGSGD
 
         return NGSGD(model, lr=LR, momentum=0.5)
+    if kind == "adam":
+        return torch.optim.Adam(model.parameters(), lr=LR / 5, eps=1e-3)  # eps: as bmuf_outer_adam
+    if kind == "adagrad":
+        return torch.optim.Adagrad(model.parameters(), lr=LR, initial_accumulator_value=0.1)
     return torch.optim.SGD(model.parameters(), lr=LR, momentum=0.5)
 
 
@@ -113,10 +127,13 @@ def assert_matches_oracle(got: dict, before: dict, final: dict, what: str) -> No
 
 
 def build(rank: int, overrides: Sequence[str], init_seed: int | None = None, optimizer: str = "sgd"):
-    """A worker's model, optimizer and synchronizer."""
+    """A worker's model, optimizer and synchronizer (which watches the optimizer: sync.inner_state and a
+    gradient warm-up need it)."""
     model = initial_model(rank if init_seed is None else init_seed)
     opt = make_optimizer(model, optimizer)
-    return model, opt, Synchronizer(model, BASE, overrides)
+    sync = Synchronizer(model, BASE, overrides)
+    sync.watch(opt)
+    return model, opt, sync
 
 
 def train(rank: int, model, opt, sync, until: int) -> None:
@@ -175,6 +192,20 @@ def ddp_gradients(rank: int) -> dict:
     return out
 
 
+def refused_without_optimizer(rank: int) -> str:
+    """sync.inner_state without a watched optimizer: the error of the first step() (before any collective)."""
+    from gossip_accel.sync.usage import UsageError
+
+    sync = Synchronizer(initial_model(rank), BASE, ["sync.algorithm=ma", "sync.inner_state=reset"])
+    try:
+        sync.step()
+    except UsageError as e:
+        return str(e)
+    finally:
+        sync.close()
+    return ""
+
+
 def plans_seen(rank: int) -> list:
     """Each rank's view of the neighbour choices of several rounds (must agree everywhere)."""
     from gossip_accel.sync.topology import RingTopology
@@ -197,13 +228,15 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
                                                  optimizer=OPTIMIZER.get(name, "sgd"))
     results["ddp_gradients"] = ddp_gradients(rank)
     results["plans"] = plans_seen(rank)
+    results["no_optimizer"] = refused_without_optimizer(rank)
     torch.save(results, os.path.join(outdir, f"results{rank}.pt"))
     shutdown()
 
 
 # scenario -> step at which it is checkpointed and resumed (run_resumed)
 RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
-           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15,
+           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15, "gossip_bmuf_warmup_grads": 4,
+           "bmuf_warmup_ramp": 9, "gossip_bmuf_state_average": 11, "ma_state_reset_adam": 7,
            # checkpoints with an exchange in flight (posted at 10 / 12, applied at 12 / 15)
            "gossip_bmuf_overlap": 11, "bmuf_overlap_mix": 13}
 
@@ -233,11 +266,15 @@ def simulate_scenario(overrides: Sequence[str], steps: int, world: int = WORLD, 
                       optimizer: str = "sgd"):
     """The oracle for run_scenario: returns (states before final average, state after)."""
     models = [initial_model(k) for k in range(world)]
-    cluster = SimulatedCluster(models, BASE, overrides)
     opts = [make_optimizer(m, optimizer) for m in models]
+    cluster = SimulatedCluster(models, BASE, overrides, optimizers=opts)
     for t in range(1, steps + 1):
         for k in range(world):
-            toy.train_step(models[k], opts[k], DATA_SEED, k, t, accum=accum)
+            opts[k].zero_grad(set_to_none=True)
+            toy.backward(models[k], DATA_SEED, k, t, accum=accum)
+        cluster.allreduce_gradients()  # sync.warmup_kind=gradients: DDP's average during the warm-up
+        for k in range(world):
+            opts[k].step()
         cluster.step()
     before = [model_state(m) for m in models]
     cluster.finalize()

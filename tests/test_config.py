@@ -340,3 +340,8 @@ def test_outer_optimizer_is_refused_without_bmuf_slots(algo):
 def test_outer_optimizer_warns_that_block_momentum_is_unused():
     with pytest.warns(UserWarning, match="sync.block_momentum=0.5 is unused"):
         load_sync_config(None, ["sync.algorithm=bmuf", "sync.block_momentum=0.5", "sync.outer_optimizer={name: SGD, lr: 1}"])
+
+
+def test_inner_state_with_overlap_is_refused():
+    with pytest.raises(ConfigError, match=re.escape("sync.inner_state=average with sync.overlap_steps=2")):
+        load_sync_config(None, ["sync.algorithm=bmuf", "sync.inner_state=average", "sync.overlap_steps=2"])

@@ -70,3 +70,29 @@ def test_noop_hook_keeps_gradients_local(results):
 def test_neighbour_plans_identical_on_every_rank(results):
     views = results[0]["plans"]
     assert all(v == views[0] for v in views)
+
+
+def _param_count(state: dict) -> int:
+    return sum(v.numel() for k, v in state.items() if "running" not in k and "num_batches" not in k)
+
+
+def test_inner_state_average_moves_the_state_as_the_parameters(results):
+    # SGD's momentum buffer: one state tensor of every parameter's shape, on the same events and the same wire
+    m = results[0]["gossip_bmuf_state_average"]["metrics"]
+    comps = [k.removeprefix("sync/bytes_sent/") for k in m if k.startswith("sync/bytes_sent/") and "/inner_state" not in k]
+    assert {"rest", "embedding.shard0", "embedding.shard1"} <= set(comps)
+    for c in ("rest", "embedding.shard0", "embedding.shard1"):
+        assert m[f"sync/bytes_sent/{c}/inner_state"] == m[f"sync/bytes_sent/{c}"] > 0
+        assert m[f"sync/bytes_recv/{c}/inner_state"] == m[f"sync/bytes_recv/{c}"] > 0
+
+
+def test_gradient_warmup_bytes_are_ddps(results):
+    # 6 warm-up steps of a ring all-reduce of the fp32 gradients, then the gossip rounds only
+    m = results[0]["gossip_bmuf_warmup_grads"]["metrics"]
+    n = _param_count(results[0]["gossip_bmuf_warmup_grads"]["final"])
+    assert m["sync/bytes_sent/gradients"] == pytest.approx(6 * 2 * (WORLD - 1) / WORLD * n * 4)
+
+
+def test_inner_state_without_an_optimizer_is_refused(results):
+    msg = results[0]["no_optimizer"]
+    assert "sync.inner_state=reset needs the inner optimizer: call sync.watch(optimizer)" in msg

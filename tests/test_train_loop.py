@@ -60,7 +60,7 @@ def test_sync_settings_resolve_eta_p_q_for_the_replicas():
     s = sync_settings(SimpleNamespace(cfg=cfg, world_size=4), 4)
     assert s == {"algorithm": "gossip_bmuf", "workers": 4, "replicas": 4, "eta": cfg.resolved_block_momentum(4),
                  "zeta": 1.0, "nesterov": True, "p": 1, "q": 1, "periods": "(16,128)", "warmup_steps": 0,
-                 "warmup_period": 1, "wire": "bfloat16"}
+                 "warmup_period": 1, "wire": "bfloat16", "warmup_kind": "average", "inner_state": "keep"}
     assert s["eta"] == pytest.approx(0.75)                           # eq. 6 of 001: 1 - 1 / (zeta n)
     assert settings_line(s) == ("gossip_bmuf eta=0.75 zeta=1 (NBM) p=1 q=1, periods (16,128), warm-up 0 steps "
                                 "(period 1), wire bfloat16, 4 replicas")
@@ -68,6 +68,10 @@ def test_sync_settings_resolve_eta_p_q_for_the_replicas():
     assert ma["eta"] is ma["zeta"] is ma["p"] is ma["q"] is None and settings_line(ma).startswith("ma, periods (16)")
     assert settings_line(sync_settings(None, 3)) == "ddp: gradient all-reduce every step over 3 workers, no model sync"
     assert sync_settings(None, 1) == {"algorithm": "single", "workers": 1}
+    grads = sync_settings(SimpleNamespace(cfg=load_sync_config(None, [
+        "sync.warmup_steps=32", "sync.warmup_kind=gradients", "sync.inner_state=average"]), world_size=4), 4)
+    assert settings_line(grads).endswith("warm-up 32 steps (gradients, period 1), wire float32, 4 replicas, "
+                                         "inner optimizer state: average")
 
 
 # -- a 2-worker run: the line, results.json, the averaged model's validation --------------------------
@@ -98,7 +102,8 @@ def test_run_states_its_sync_settings_in_the_log_and_results(bmuf_run):
     eta = load_sync_config(None, ["sync.algorithm=bmuf"]).resolved_block_momentum(2)
     assert res["sync_settings"] == {"algorithm": "bmuf", "workers": 2, "replicas": 2, "eta": eta, "zeta": 1.0,
                                     "nesterov": True, "p": None, "q": None, "periods": "(4,8)", "warmup_steps": 5,
-                                    "warmup_period": 1, "wire": "float32"}
+                                    "warmup_period": 1, "wire": "float32", "warmup_kind": "average",
+                                    "inner_state": "keep"}
     assert res["sync"]["warmup_steps"] == 5                          # round(0.5 epochs * 10 steps)
     line = "[train_lm] bmuf sync: bmuf eta=0.5 zeta=1 (NBM), periods (4,8), warm-up 5 steps (period 1), wire float32"
     assert log.count(line) == 1, log[-3000:]

@@ -36,12 +36,15 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from . import registry
+from .schedule import WARMUP_KINDS
 
 #: every value of ``sync.algorithm``, in the order of the registry (gossip_accel/sync/registry.py)
 ALGORITHMS = registry.names()
 BUFFER_POLICIES = ("average", "local", "broadcast")
 #: what a synchronization does with a non-finite (NaN/inf) replica (gossip_accel/sync/health.py)
 NONFINITE_POLICIES = ("reset", "raise", "ignore")
+#: ``sync.inner_state``: what a sync does with the inner optimizer's state of the component (inner_state.py)
+INNER_STATES = ("keep", "reset", "average")
 
 
 class ConfigError(ValueError):
@@ -165,6 +168,8 @@ class SyncConfig:
     buffers: str = "average"
     warmup_steps: int = 0
     warmup_period: int = 1
+    warmup_kind: str = "average"          # average (full averages every P) | gradients (DDP) | ramp (schedule.py)
+    inner_state: str = "keep"             # the inner optimizer's state at a sync: keep | reset | average
     slots_on_cpu: bool = False
     track_divergence: bool = True
     broadcast_initial: bool = True
@@ -291,6 +296,7 @@ def validate(cfg: SyncConfig) -> None:
             f"sync.warmup_steps={cfg.warmup_steps}: warm-up (full averages, then a BMUF slot restart) is "
             f"defined for {', '.join(registry.names(warmup=True))}; set sync.warmup_steps=0 for {cfg.algorithm}"
         )
+    _validate_warmup_kind_and_inner_state(cfg)
     if cfg.easgd_alpha is not None and cfg.easgd_lambda is not None:
         raise ConfigError("give either sync.easgd_alpha or sync.easgd_lambda (with sync.easgd_eta), not both")
     if cfg.easgd_lambda is not None and (cfg.easgd_eta is None or cfg.easgd_eta <= 0 or cfg.easgd_lambda <= 0):
@@ -339,6 +345,29 @@ def validate(cfg: SyncConfig) -> None:
         if rule.name in names:
             raise ConfigError(f"{key}.name={rule.name!r} is used twice")
         names.add(rule.name)
+
+
+def _validate_warmup_kind_and_inner_state(cfg: SyncConfig) -> None:
+    """sync.warmup_kind (schedule.py) and sync.inner_state (inner_state.py): values, and what they work with."""
+    if cfg.warmup_kind not in WARMUP_KINDS:
+        raise ConfigError(f"sync.warmup_kind={cfg.warmup_kind!r}; choose one of {', '.join(WARMUP_KINDS)} "
+                          "(average: full averages every sync.warmup_period steps; gradients: DDP's gradient "
+                          "all-reduce; ramp: averages, then the period doubles up to sync.period)")
+    if cfg.inner_state not in INNER_STATES:
+        raise ConfigError(f"sync.inner_state={cfg.inner_state!r}; choose one of {', '.join(INNER_STATES)} "
+                          "(what a sync does with the inner optimizer's state)")
+    grouped = cfg.hierarchy.group_size not in (None, 1)
+    if cfg.warmup_kind == "gradients" and grouped:
+        raise ConfigError("sync.warmup_kind=gradients is not implemented with sync.hierarchy (the gradients are "
+                          "already all-reduced inside a group): use warmup_kind=average or group_size=null")
+    if cfg.inner_state != "keep" and (cfg.spec.family != "periodic" or grouped):
+        periodic = registry.names(family="periodic")
+        raise ConfigError(f"sync.inner_state={cfg.inner_state} is implemented for the flat {', '.join(periodic)}; "
+                          f"{cfg.algorithm}{' with sync.hierarchy' if grouped else ''}: set sync.inner_state=keep")
+    if cfg.inner_state != "keep" and cfg.overlap_steps > 0:
+        raise ConfigError(f"sync.inner_state={cfg.inner_state} with sync.overlap_steps={cfg.overlap_steps}: the state "
+                          "would be exchanged at the post step and the parameters tau steps later; not implemented "
+                          "(set sync.inner_state=keep or sync.overlap_steps=0)")
 
 
 def _validate_mixing(cfg: SyncConfig) -> None:

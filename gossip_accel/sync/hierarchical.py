@@ -38,6 +38,7 @@ from .components import Component
 from .config import ConfigError, SyncConfig, load_sync_config
 from .synchronizer import Synchronizer, broadcast_components
 from .topology import TopologyError
+from .warmup import allreduce_gradients
 
 STATE_KEY = "hierarchy"
 
@@ -187,15 +188,7 @@ class HierarchicalSynchronizer(Synchronizer):
 
         Parameters without a gradient are skipped (every rank of a group must skip the same).
         """
-        grads = [p.grad for p in self.model.parameters() if p.requires_grad and p.grad is not None]
-        if not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        self.intra_comm.allreduce_mean("gradients", flat)
-        off = 0
-        for g in grads:
-            g.copy_(flat[off:off + g.numel()].view_as(g))
-            off += g.numel()
+        allreduce_gradients(self.intra_comm, list(self.model.parameters()))
 
     def ddp_comm_hook(self) -> tuple[Any, Any]:
         """(state, hook) for ``DistributedDataParallel.register_comm_hook``: torch's own

@@ -28,20 +28,33 @@ import torch
 from . import health
 from .algorithms import asgd_delta, elastic_center_update_sync, new_local_model, start_slots
 from .components import split_buffers, split_components
-from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
+from .config import ALGORITHMS, ConfigError, check_group_size, load_sync_config, validate_for_world
+from .health import neighbour_mean_
+from .inner_state import AVERAGING_EVENTS, as_component, reset_, state_slices
 from .overlap import merge_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
-from .schedule import event_at, stagger_offsets
+from .schedule import event_at, needs_gradient_allreduce, stagger_offsets
 from .topology import RingTopology, make_topology
+from .warmup import mean_gradients_, restart_slots
 from .worker import easgd_sync_worker, neighbour_mean, pair_merge, record_reset, server_push, server_reply
 
 
 class SimulatedCluster:
-    """n replicas of a model and the synchronization of Algorithm 1 among them."""
+    """n replicas of a model and the synchronization of Algorithm 1 among them.
 
-    def __init__(self, models: Sequence[torch.nn.Module], config: Any = None, overrides: Sequence[str] = ()):
+    ``optimizers``: the replicas' inner optimizers (one each), needed by ``sync.inner_state``. With
+    ``sync.warmup_kind=gradients`` the training loop calls :meth:`allreduce_gradients` between the
+    replicas' backward and their optimizer steps (as DDP would average them).
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module], config: Any = None, overrides: Sequence[str] = (),
+                 optimizers: Optional[Sequence[torch.optim.Optimizer]] = None):
         self.cfg = load_sync_config(config, overrides)
         self.models = list(models)
+        self.optimizers = list(optimizers) if optimizers is not None else None
+        if self.cfg.inner_state != "keep" and (self.optimizers is None or len(self.optimizers) != len(self.models)):
+            raise ConfigError(f"sync.inner_state={self.cfg.inner_state}: give SimulatedCluster one optimizer per "
+                              "replica (optimizers=...)")
         self.n = n = len(self.models)
         cfg = self.cfg
         validate_for_world(cfg, n)
@@ -134,24 +147,31 @@ class SimulatedCluster:
         cfg = self.cfg
         if cfg.spec.simulator != "periodic":
             due = [ci for ci, c in enumerate(self.comps[0])
-                   if event_at(self.t, c.period, cfg.warmup_steps, cfg.warmup_period) is not None]
+                   if event_at(self.t, c.period, cfg.warmup_steps, cfg.warmup_period, warmup_kind=cfg.warmup_kind) is not None]
             if due:
                 (self._server_step if cfg.spec.simulator == "server" else self._adpsgd_step)(due)
-            if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
+            if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period, warmup_kind=cfg.warmup_kind):
                 self._sync_buffers()
             return
         self._apply_inflight(self.t)
         for ci, comp0 in enumerate(self.comps[0]):
-            ev = event_at(self.t, comp0.period, cfg.warmup_steps, cfg.warmup_period, comp0.offset)
+            ev = event_at(self.t, comp0.period, cfg.warmup_steps, cfg.warmup_period, comp0.offset, cfg.warmup_kind)
             if ev is None:
+                continue
+            if ev.kind == "restart":  # the end of a gradient warm-up (warmup.py): the replicas are equal
+                for k in range(self.n):
+                    restart_slots(self.comps[k][ci], self.slots[k].get(comp0.name))
                 continue
             thetas = [self.comps[k][ci].gather().clone() for k in range(self.n)]
             if cfg.overlap_steps > 0 and ev.kind == "sync":  # posted now, applied at t + tau
                 self._check_full_graph(thetas, ci)
                 self.inflight.append((self.t + cfg.overlap_steps, ci, ev, thetas))
-                continue
-            self._apply_averages(ci, ev, thetas)
-        if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
+            else:
+                self._apply_averages(ci, ev, thetas)
+            if cfg.inner_state != "keep" and ev.kind in AVERAGING_EVENTS:
+                self._inner_state(ci, ev.kind, ev.round)
+        if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period,
+                                                 warmup_kind=cfg.warmup_kind):
             self._sync_buffers()
 
     def _apply_averages(self, ci: int, ev: Any, thetas: list[torch.Tensor], overlapped: bool = False) -> None:
@@ -179,6 +199,35 @@ class SimulatedCluster:
         name = self.comps[0][ci].name
         sick = [any(health.replica_sick(v, self.slots[k].get(name))) for k, v in enumerate(thetas)]
         health.Verdict([name], [[s] for s in sick]).check(self.cfg.nonfinite, self.t)
+
+    def _inner_state(self, ci: int, kind: str, round_: int) -> None:
+        """sync.inner_state (inner_state.py) for component ci: every replica's state reset, or averaged as its
+        parameters were: the full mean, or with the ring neighbours of the round, on the same wire."""
+        slices = [state_slices(self.comps[k][ci], [self.optimizers[k]]) for k in range(self.n)]
+        if self.cfg.inner_state == "reset":
+            for sl in slices:
+                reset_(sl)
+            return
+        states = [as_component(self.comps[k][ci], slices[k], None) for k in range(self.n)]
+        flats = [s.gather().clone() for s in states]
+        if kind != "sync" or not isinstance(self.topology, RingTopology):
+            mean = simulated_full_mean(flats, self.wire) if is_low(self.wire) else torch.stack(flats).mean(0)
+            for s in states:
+                s.scatter(mean)
+            return
+        recv_from = self.topology.plan(ci, round_).recv_from
+        for k, s in enumerate(states):
+            bar = flats[k].clone()
+            neighbour_mean_(bar, [wire_round(flats[j], self.wire) if is_low(self.wire) else flats[j]
+                                  for j in recv_from[k]], check=False)
+            s.scatter(bar)
+
+    def allreduce_gradients(self) -> None:
+        """sync.warmup_kind=gradients: call between the replicas' backward and their optimizer steps;
+        during the warm-up (the coming step t + 1 <= W) every replica's gradient <- the replicas' mean."""
+        cfg = self.cfg
+        if self.n > 1 and cfg.enabled and needs_gradient_allreduce(self.t + 1, cfg.warmup_steps, cfg.warmup_kind):
+            mean_gradients_([list(m.parameters()) for m in self.models])
 
     def _server_step(self, due: list[int]) -> None:
         """EASGD eq. 8 (all at once) or eq. 9 / ASGD eq. 2 (pushes in rank order) on the due components."""
@@ -334,15 +383,7 @@ class HierarchicalCluster:
     def allreduce_gradients(self) -> None:
         """Every rank's .grad <- the mean over its group (summed in rank order, then divided by g)."""
         for j in range(self.groups):
-            params = [[p for p in self.models[k].parameters() if p.requires_grad and p.grad is not None]
-                      for k in self._members(j)]
-            for ps in zip(*params):
-                mean = ps[0].grad.clone()
-                for p in ps[1:]:
-                    mean.add_(p.grad)
-                mean.div_(self.g)
-                for p in ps:
-                    p.grad.copy_(mean)
+            mean_gradients_([list(self.models[k].parameters()) for k in self._members(j)])
 
     def _group_buffers(self) -> None:
         for j in range(self.groups):
@@ -365,7 +406,8 @@ class HierarchicalCluster:
         """Every rank has taken its local step t (with the group's mean gradient): lines 6-17 between groups."""
         cfg = self.cfg
         buffers_due = (self.bufs[0] is not None and cfg.enabled and
-                       event_at(self.inner.t + 1, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period) is not None)
+                       event_at(self.inner.t + 1, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period,
+                                warmup_kind=cfg.warmup_kind) is not None)
         if buffers_due:
             self._group_buffers()
         self.inner.step()
@@ -392,8 +434,11 @@ def simulate(
 ) -> SimulatedCluster:
     """Train n replicas for ``steps`` steps; ``local_step(model, opt, rank, t)`` returns a loss."""
     models = [model_fn() for _ in range(n)]
-    cluster = SimulatedCluster(models, config, overrides)
     opts = [optimizer_fn(m) for m in models]
+    if load_sync_config(config, overrides).warmup_kind == "gradients":
+        raise ConfigError("simulate(): local_step takes the optimizer step, so the gradients cannot be averaged "
+                          "before it (sync.warmup_kind=gradients); drive SimulatedCluster with allreduce_gradients()")
+    cluster = SimulatedCluster(models, config, overrides, optimizers=opts)
     # a reset replica forgets the optimizer state of its reset parameters (as DistributedRun does)
     cluster.on_reset = lambda k, names: health.clear_optimizer_state(opts[k], models[k], names)
     for t in range(1, steps + 1):

@@ -37,9 +37,11 @@ from .components import Component, split_buffers, split_components
 from .config import ConfigError, SyncConfig, load_sync_config, validate_for_world
 from .elastic import MERGED_FROM, continues_as
 from .engines import EngineContext, engine_class
+from .inner_state import InnerState
 from .precision import wire_dtype
 from .schedule import event_at, stagger_offsets
 from .topology import make_topology
+from .warmup import GradientWarmup, restart_slots
 
 STATE_VERSION = 1
 
@@ -85,6 +87,10 @@ class Synchronizer:
         self.released = True  # owns no model until built (usage.claim refuses a second live one)
         usage.claim(self.owned_module(), self)
         self.step_watch = usage.StepWatch()  # the optimizers given to watch()
+        self.optimizers: list[torch.optim.Optimizer] = []  # the torch optimizers inside those (inner_state, warm-up)
+        self.gradient_warmup: Optional[GradientWarmup] = None  # sync.warmup_kind=gradients (warmup.py)
+        self.inner_state: Optional[InnerState] = None  # sync.inner_state=reset|average (inner_state.py)
+        self._hooks: list = []  # the optimizer pre-hooks of the gradient warm-up
         self._initial_signature: Optional[tuple] = None
         self.components: list[Component] = split_components(
             self.model.named_parameters(), self.cfg.components, self.cfg.period
@@ -140,6 +146,10 @@ class Synchronizer:
             for comp in self.ctx.carried():
                 self.slots[comp.name] = start_slots(comp.gather(), self.cfg.outer_optimizer, slot_device)
         self.engine = engine_class(self.cfg.spec.engine)(self.ctx)
+        if self.cfg.warmup_kind == "gradients" and self.cfg.warmup_steps > 0:
+            self.gradient_warmup = GradientWarmup(self.comm, self.cfg.warmup_steps, lambda: self.t + 1)
+        if self.cfg.inner_state != "keep":
+            self.inner_state = InnerState(self.cfg.inner_state, self.ctx, self.optimizers)
 
     # -- the training-loop API -------------------------------------------------------------
     def step(self) -> None:
@@ -153,15 +163,31 @@ class Synchronizer:
         self.t += 1
         if not self.active:
             return
+        self._refuse_without_optimizer()
         cfg = self.cfg
         due = []
         for comp in self.components:
-            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period, comp.offset)
-            if ev is not None:
+            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period, comp.offset, cfg.warmup_kind)
+            if ev is not None and ev.kind == "restart":  # the end of a gradient warm-up: nothing to exchange
+                if self.ctx.carries(comp):
+                    restart_slots(comp, self.slots.get(comp.name))
+            elif ev is not None:
                 due.append((comp, ev))
         buffers_due = (self.buffers is not None and self.engine.syncs_buffers_in_step
-                       and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period) is not None)
+                       and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period,
+                                    warmup_kind=cfg.warmup_kind) is not None)
         self.engine.step(self.t, due, buffers_due)
+        if self.inner_state is not None:
+            self.inner_state.after_sync(due)
+
+    def _refuse_without_optimizer(self) -> None:
+        """sync.warmup_kind=gradients (without a DDP hook) and sync.inner_state need the inner optimizer."""
+        needs = ([f"sync.inner_state={self.cfg.inner_state}"] if self.inner_state is not None else []) + (
+            ["sync.warmup_kind=gradients"] if self.gradient_warmup is not None and not self.gradient_warmup.via_ddp
+            else [])
+        if needs and not self.optimizers:
+            raise usage.UsageError(f"{' and '.join(needs)} needs the inner optimizer: call sync.watch(optimizer) "
+                                   "before training (SyncedOptimizer and AccelerateSynchronizer do)")
 
     def finalize(self) -> None:
         """theta = (1/n) sum_k theta_T^k (Algorithm 1, line 20): every replica ends equal.
@@ -186,7 +212,14 @@ class Synchronizer:
     def watch(self, optimizer: Any) -> bool:
         """Check that :meth:`step` follows every step of ``optimizer`` exactly once (a torch step
         post-hook; :class:`gossip_accel.sync.usage.StepWatch`). ``SyncedOptimizer`` and
-        ``AccelerateSynchronizer`` call it; False if the optimizer has no step hooks."""
+        ``AccelerateSynchronizer`` call it; False if the optimizer has no step hooks. The torch optimizer
+        inside is also the one whose state ``sync.inner_state`` resets or averages, and whose step is
+        preceded by the gradient all-reduce of a ``sync.warmup_kind=gradients`` warm-up."""
+        inner = usage.inner_optimizer(optimizer)
+        if inner is not None and all(inner is not o for o in self.optimizers):
+            self.optimizers.append(inner)
+            if self.gradient_warmup is not None:
+                self._hooks.append(inner.register_step_pre_hook(self.gradient_warmup.optimizer_pre_hook))
         return self.step_watch.watch(optimizer)
 
     def owned_module(self) -> torch.nn.Module:
@@ -197,6 +230,9 @@ class Synchronizer:
         self.released = True
         usage.release(self.owned_module(), self)
         self.step_watch.close()
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
 
     def __enter__(self) -> "Synchronizer":
         return self

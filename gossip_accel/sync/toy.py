@@ -57,13 +57,19 @@ def train_step(
     ``(step-1)*accum+1 .. step*accum``. Returns the mean loss.
     """
     opt.zero_grad(set_to_none=True)
+    total = backward(model, seed, rank, step, accum)
+    opt.step()
+    return total
+
+
+def backward(model: nn.Module, seed: int, rank: int, step: int, accum: int = 1) -> float:
+    """The gradients of :func:`train_step` (accumulated into .grad), without the optimizer step; the mean loss."""
     total = 0.0
     for micro in range((step - 1) * accum + 1, step * accum + 1):
         ids, y = batch(seed, rank, micro)
         loss = torch.nn.functional.mse_loss(model(ids), y) / accum
         loss.backward()
         total += float(loss.detach())
-    opt.step()
     return total
 
 

@@ -69,6 +69,14 @@ def refuse_step_after_finalize(sync: Any) -> None:
             "step, or build a new synchronizer to train on")
 
 
+def inner_optimizer(optimizer: Any) -> Optional[torch.optim.Optimizer]:
+    """The torch optimizer inside Accelerate's ``AcceleratedOptimizer`` (itself an Optimizer subclass) or a
+    ``SyncedOptimizer``: followed through ``.optimizer`` as long as that is a torch optimizer; None if none."""
+    while isinstance(getattr(optimizer, "optimizer", None), torch.optim.Optimizer):
+        optimizer = optimizer.optimizer
+    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
+
+
 class StepWatch:
     """Counts the steps of the watched optimizers between two ``Synchronizer.step()`` calls."""
 
@@ -81,10 +89,8 @@ class StepWatch:
     def watch(self, optimizer: Any) -> bool:
         """Count ``optimizer``'s steps (a torch optimizer, or a wrapper with ``.optimizer``);
         False when it has no step hooks (nothing is checked for it)."""
-        inner = optimizer
-        while isinstance(getattr(inner, "optimizer", None), torch.optim.Optimizer):
-            inner = inner.optimizer  # Accelerate's AcceleratedOptimizer, SyncedOptimizer: the torch one inside
-        if not isinstance(inner, torch.optim.Optimizer) or id(inner) in self.steps:
+        inner = inner_optimizer(optimizer)
+        if inner is None or id(inner) in self.steps:
             return id(inner) in self.steps
         key = id(inner)
         self.steps[key] = 0

@@ -33,7 +33,7 @@ def sync_settings(sync: Optional[Any], world: int) -> dict[str, Any]:
         "nesterov": cfg.nesterov if cfg.uses_bmuf else None,
         "p": cfg.resolved_p(n) if ring else None, "q": cfg.resolved_q(n) if ring else None,
         "periods": periods_label(cfg), "warmup_steps": cfg.warmup_steps, "warmup_period": cfg.warmup_period,
-        "wire": cfg.exchange_dtype,
+        "wire": cfg.exchange_dtype, "warmup_kind": cfg.warmup_kind, "inner_state": cfg.inner_state,
     }
 
 
@@ -50,5 +50,9 @@ def settings_line(settings: dict[str, Any]) -> str:
         parts.append(f"eta={settings['eta']:g} zeta={settings['zeta']:g} ({'NBM' if settings['nesterov'] else 'CBM'})")
     if settings["p"] is not None:
         parts.append(f"p={settings['p']} q={settings['q']}")
+    kind = settings.get("warmup_kind", "average")
+    warmup = f"period {settings['warmup_period']}" if kind == "average" else f"{kind}, period {settings['warmup_period']}"
+    state = settings.get("inner_state", "keep")
     return (" ".join(parts) + f", periods {settings['periods']}, warm-up {settings['warmup_steps']} steps "
-            f"(period {settings['warmup_period']}), wire {settings['wire']}, {settings['replicas']} replicas")
+            f"({warmup}), wire {settings['wire']}, {settings['replicas']} replicas"
+            + (f", inner optimizer state: {state}" if state != "keep" else ""))

@@ -89,7 +89,8 @@ class PeriodicEngine(Engine):
         """Every component (carried or not) whose sync posted at t - tau is applied at t: the ones to share."""
         ctx, tau = self.ctx, self.ctx.cfg.overlap_steps
         return [c for c in ctx.components if t > tau and (ev := event_at(t - tau, c.period, ctx.cfg.warmup_steps,
-                                                                          ctx.cfg.warmup_period, c.offset))
+                                                                          ctx.cfg.warmup_period, c.offset,
+                                                                          ctx.cfg.warmup_kind))
                 is not None and ev.kind == "sync"]
 
     def _apply_inflight(self, f: InFlight) -> None:

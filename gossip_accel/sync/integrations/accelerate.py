@@ -33,6 +33,7 @@ from ..config import ConfigError
 from ..hierarchical import HierarchicalSynchronizer
 from ..synchronizer import Synchronizer
 from ..usage import UsageError
+from ..warmup import warmup_ddp_hook
 
 #: DDP models whose communication hook a synchronizer registered (torch allows one per model)
 _HOOKED: "weakref.WeakKeyDictionary[DistributedDataParallel, Any]" = weakref.WeakKeyDictionary()
@@ -100,6 +101,8 @@ class AccelerateSynchronizer(Synchronizer):
             self.watch(optimizer)
         if isinstance(model, DistributedDataParallel) and self.cfg.enabled:
             register_hook_once(model, *self.ddp_comm_hook())
+            if self.gradient_warmup is not None:  # sync.warmup_kind=gradients: DDP's all-reduce in the hook
+                self.gradient_warmup.via_ddp = True
             if self.cfg.buffers != "broadcast":
                 # torch >= 2.14 reads forward_sync_buffers; older releases broadcast_buffers
                 for flag in ("forward_sync_buffers", "broadcast_buffers"):
@@ -107,7 +110,10 @@ class AccelerateSynchronizer(Synchronizer):
                         setattr(model, flag, False)
 
     def ddp_comm_hook(self) -> tuple[Any, Any]:
-        """(state, hook) registered on the DDP model: no gradient all-reduce at all."""
+        """(state, hook) registered on the DDP model: no gradient all-reduce at all (a gradient warm-up:
+        DDP's all-reduce for its steps, :func:`gossip_accel.sync.warmup.warmup_ddp_hook`)."""
+        if self.gradient_warmup is not None:
+            return self.gradient_warmup, warmup_ddp_hook
         return None, noop_allreduce_hook
 
     def step(self) -> None:

@@ -275,6 +275,9 @@ class DeepSpeedSynchronizer(Synchronizer):
         process_group: Optional[dist.ProcessGroup] = None,
     ):
         cfg = load_sync_config(config, overrides)
+        if cfg.warmup_kind == "gradients" or cfg.inner_state != "keep":
+            raise ConfigError("sync.warmup_kind=gradients and sync.inner_state are not implemented on DeepSpeed "
+                              "(it owns the gradients and the optimizer state): set warmup_kind=average, inner_state=keep")
         check_engine(engine, cfg)
         self.ds_engine = engine
         self.low_precision = bool(engine.fp16_enabled() or engine.bfloat16_enabled())
@@ -323,7 +326,7 @@ class DeepSpeedSynchronizer(Synchronizer):
     def _synced_at(self, t: int) -> bool:
         cfg = self.cfg
         return cfg.uses_rpc or any(applied_at(t, c.period, cfg.warmup_steps, cfg.warmup_period, c.offset,
-                                              cfg.overlap_steps) for c in self.components)
+                                              cfg.overlap_steps, cfg.warmup_kind) for c in self.components)
 
     def step(self) -> None:
         """Synchronize what is due if the engine took an optimizer step since the last call."""
