@@ -71,7 +71,12 @@ class ComponentRule:
 
 
 #: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/sync/precision.py)
-EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
+EXCHANGE_DTYPES = ("float32", "bfloat16", "float16", "int8", "int4")
+#: ``sync.quant_ring`` (int8/int4 on the ring, gossip_accel/sync/engines/coded.py): per-edge public copies
+#: updated by quantized differences (CHOCO-SGD), or the parameters themselves with error feedback
+QUANT_RINGS = ("copies", "params")
+#: ``sync.quant_scale_dtype``: the dtype of the per-block scales on the int8/int4 wire (quantize.SCALE_DTYPES)
+QUANT_SCALE_DTYPES = ("float32", "float16")
 #: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
 #: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
 MIXINGS = ("pull", "pair")
@@ -168,7 +173,10 @@ class SyncConfig:
     broadcast_initial: bool = True
     enabled: bool = True
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
-    exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
+    exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16 | int8 | int4
+    quant_block: int = 256                # int8/int4: elements per absmax scale (gossip_accel/sync/quantize.py)
+    quant_scale_dtype: str = "float32"    # int8/int4: the scales' dtype on the wire: float32 | float16
+    quant_ring: str = "copies"            # int8/int4 on the ring: copies (CHOCO public copies) | params
     mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
     # a torch.optim optimizer on the outer gradient p - theta_bar instead of the BMUF rule (algorithms/outer.py):
     # {name: <torch.optim class>, <its keyword arguments>}; null = the paper's BMUF (eta, zeta, nesterov)
@@ -386,6 +394,7 @@ def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
         raise ConfigError(
             f"sync.exchange_dtype={cfg.exchange_dtype} is implemented for {', '.join(registry.names(low_precision_wire=True))}; "
             f"{cfg.algorithm} exchanges fp32 (its server/pairwise messages are not cast): set sync.exchange_dtype=float32")
+    _validate_quantized(cfg)
     h = cfg.hierarchy
     if h.carriers not in CARRIER_POLICIES:
         raise ConfigError(f"sync.hierarchy.carriers={h.carriers!r}; choose one of {', '.join(CARRIER_POLICIES)}")
@@ -396,6 +405,19 @@ def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
         raise ConfigError(
             f"sync.hierarchy.group_size={g!r} is implemented for {', '.join(registry.names(hierarchy=True))}; "
             f"{cfg.algorithm} runs flat: set sync.hierarchy.group_size=null")
+
+
+def _validate_quantized(cfg: SyncConfig) -> None:
+    """sync.quant_*: the int8/int4 wire's block size, scale dtype and ring scheme."""
+    if not isinstance(cfg.quant_block, int) or isinstance(cfg.quant_block, bool) or cfg.quant_block < 1:
+        raise ConfigError(f"sync.quant_block={cfg.quant_block!r} must be an int >= 1 (elements per scale)")
+    if cfg.quant_scale_dtype not in QUANT_SCALE_DTYPES:
+        raise ConfigError(f"sync.quant_scale_dtype={cfg.quant_scale_dtype!r}; choose one of {', '.join(QUANT_SCALE_DTYPES)}")
+    if cfg.quant_ring not in QUANT_RINGS:
+        raise ConfigError(f"sync.quant_ring={cfg.quant_ring!r}; choose one of {', '.join(QUANT_RINGS)}")
+    if cfg.exchange_dtype in ("int8", "int4") and cfg.enabled and not cfg.broadcast_initial:
+        raise ConfigError(f"sync.exchange_dtype={cfg.exchange_dtype} quantizes differences from references that "
+                          "start at the broadcast theta_0: set sync.broadcast_initial=true")
 
 
 def validate_for_world(cfg: SyncConfig, n: int) -> None:

@@ -27,6 +27,7 @@ from .algorithms import asgd_delta, elastic_center_update_sync, new_local_model,
 from .components import split_buffers, split_components
 from .config import ALGORITHMS, check_group_size, load_sync_config, validate_for_world
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
+from .quantize import apply_to_copy_, codec_of, coded_state, compress_, send_to_copy_, simulated_coded_mean
 from .schedule import event_at
 from .topology import RingTopology, make_topology
 from .worker import easgd_sync_worker, neighbour_mean, pair_merge, record_reset, server_push, server_reply
@@ -56,6 +57,11 @@ class SimulatedCluster:
             {c.name: start_slots(c.gather(), cfg.outer_optimizer) for c in self.comps[k]} if cfg.uses_bmuf else {}
             for k in range(n)
         ]
+        # sync.exchange_dtype int8 / int4: every worker's references and residuals (quantize.coded_state)
+        self.codec = codec_of(cfg) if cfg.spec.simulator == "periodic" else None
+        ring = isinstance(self.topology, RingTopology)
+        self.coded = [{c.name: coded_state(c.gather(), n, self.topology.neighbours(k) if ring else None, cfg.quant_ring)
+                       for c in self.comps[k]} for k in range(n)] if self.codec is not None and n > 1 else []
         self.alpha = cfg.resolved_alpha(n)
         # EASGD / ASGD: the server's centre variable (global model), per component
         self.centre = [c.gather().clone() for c in self.comps[0]] if cfg.spec.family == "server" else []
@@ -79,7 +85,9 @@ class SimulatedCluster:
         slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
         if kind != "sync" or not isinstance(self.topology, RingTopology):
             mean, sick = self._healthy_mean(thetas, [self.comps[k][ci] for k in range(self.n)])
-            if is_low(self.wire):  # a sick replica sends zeros on the wire; the mean is rescaled by n / healthy
+            if self.coded:
+                mean = self._coded_full_mean(thetas, name, sick)
+            elif is_low(self.wire):  # a sick replica sends zeros on the wire; the mean is rescaled by n / healthy
                 mean = simulated_full_mean([torch.zeros_like(t) if s else t for t, s in zip(thetas, sick)], self.wire)
                 if any(sick):
                     mean.mul_(self.n / sick.count(False))
@@ -88,7 +96,8 @@ class SimulatedCluster:
         out = []
         for k in range(self.n):
             bar = thetas[k].clone()
-            received = [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]]
+            received = ([self._coded_received(thetas, name, j, k, plan) for j in plan.recv_from[k]] if self.coded else
+                        [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]])
             dropped, source = neighbour_mean(self.cfg.nonfinite, k, self.t, name, bar, received, plan.recv_from[k],
                                              slots_bad[k])
             self.nonfinite_dropped[k] += dropped
@@ -96,6 +105,34 @@ class SimulatedCluster:
                 self._record(k, self.comps[k][ci], source)
             out.append((bar, kind if source is None else "warmup_end"))
         return out
+
+    def _coded_full_mean(self, thetas: list[torch.Tensor], name: str, sick: list[bool]) -> torch.Tensor:
+        """theta_bar of the int8/int4 all-reduce (Communicator.allreduce_mean_coded): ref + (n / healthy) x the
+        decoded mean of the workers' quantized outer gradients theta_k - ref (sick workers send zeros)."""
+        states = [self.coded[k][name] for k in range(self.n)]
+        ref = states[0]["ref"]
+        mean = simulated_coded_mean(self.codec, [t - ref for t in thetas], [st["residual"] for st in states],
+                                    [st["owner"] for st in states], sick)
+        healthy = sick.count(False)
+        if healthy < self.n:
+            mean.mul_(self.n / healthy)
+        mean.add_(ref)
+        self._coded_follows = healthy == self.n
+        if healthy < self.n:  # engines/coded.py: the shared reference becomes theta_bar
+            for st in states:
+                st["ref"].copy_(mean)
+        return mean
+
+    def _coded_received(self, thetas: list[torch.Tensor], name: str, j: int, k: int, plan) -> torch.Tensor:
+        """Worker k's copy of worker j after j's int8/int4 message of this round (engines/coded.py): the edge's
+        public copy (copies) or j's parameters with error feedback (params, one message for all receivers)."""
+        if self.cfg.quant_ring == "copies":
+            payload = send_to_copy_(self.codec, thetas[j], self.coded[j][name][f"sent.{k}"])
+            return apply_to_copy_(self.codec, self.coded[k][name][f"copy.{j}"], payload)
+        if (j, name) not in self._ring_payloads:
+            self._ring_payloads[(j, name)] = compress_(self.codec, thetas[j].unsqueeze(0),
+                                                       self.coded[j][name]["ring_residual"])
+        return self.codec.decode(self._ring_payloads[(j, name)], thetas[j].numel())[0]
 
     def _healthy_mean(self, vals: list[torch.Tensor], comps: list) -> tuple[torch.Tensor, list[bool]]:
         """The full-graph mean over the healthy replicas (value and BMUF slots finite); the sick ones are
@@ -135,9 +172,12 @@ class SimulatedCluster:
             if ev is None:
                 continue
             thetas = [self.comps[k][ci].gather().clone() for k in range(self.n)]
+            self._coded_follows, self._ring_payloads = False, {}
             for k, (bar, kind) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
                 slots = self.slots[k].get(comp0.name)
                 new = new_local_model(kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
+                if self._coded_follows:  # int8/int4: the new model is the next block's reference
+                    self.coded[k][comp0.name]["ref"].copy_(new)
                 self.comps[k][ci].scatter(new)
         if self.bufs[0] is not None and event_at(self.t, self.bufs[0].period, cfg.warmup_steps, cfg.warmup_period):
             self._sync_buffers()

@@ -73,6 +73,8 @@ class EngineContext:
     before_buffers: Callable[[Component], None] = field(default=lambda buffers: None)
     wire_dtype: torch.dtype = torch.float32
     block_momentum: float = 0.0  # eta of the BMUF rule (config.resolved_block_momentum)
+    #: int8/int4 wire: the references and residuals of engines/coded.py (set by the periodic engine)
+    coded: Any = None
 
     @property
     def spec(self):
@@ -112,12 +114,17 @@ class EngineContext:
         full graph without the diverged replicas. Returns the rule to apply: a sick rank whose own BMUF
         slots are non-finite restarts them (``warmup_end``); otherwise the shared slots stay consistent."""
         sick = verdict is not None and verdict.sick[self.rank][j]
-        if sick:
-            comp.flat.zero_()
-        self.comm.allreduce_mean(comp.name, comp.flat, self.wire(kind))
-        if verdict is None or verdict.healthy(j) == self.world_size:
+        healthy = self.world_size if verdict is None else verdict.healthy(j)
+        if self.coded is not None and self.wire(kind) is not None:
+            self.coded.full_mean(self.comm, comp, sick, healthy)  # int8/int4: the outer gradient (coded.py)
+        else:
+            if sick:
+                comp.flat.zero_()
+            self.comm.allreduce_mean(comp.name, comp.flat, self.wire(kind))
+            if healthy < self.world_size:
+                comp.flat.mul_(self.world_size / healthy)
+        if healthy == self.world_size:
             return kind
-        comp.flat.mul_(self.world_size / verdict.healthy(j))
         if not sick:
             return kind
         self.record_reset(comp, f"the average of the {verdict.healthy(j)} healthy ranks")
