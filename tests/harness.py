@@ -59,6 +59,10 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
     "gossip_bmuf_outer_nesterov": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
                                     "sync.warmup_period=2", "sync.seed=4",
                                     "sync.outer_optimizer={name: SGD, lr: 0.7, momentum: 0.9, nesterov: true}"], 22),
+    # issue 17: the int8/int4 wire (quantized outer gradients; ring: per-edge public copies)
+    "bmuf_int4": (["sync.algorithm=bmuf", "sync.exchange_dtype=int4", "sync.quant_block=32"], 17),
+    "gossip_bmuf_pair_int4": (["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.seed=2",
+                               "sync.exchange_dtype=int4", "sync.warmup_steps=4", "sync.warmup_period=2"], 20),
 }
 # scenarios whose workers use another optimizer than make_optimizer's default
 OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd"}
@@ -193,7 +197,7 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
 
 # scenario -> step at which it is checkpointed and resumed (run_resumed)
 RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
-           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15}
+           "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15, "gossip_bmuf_pair_int4": 11}
 
 
 def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:

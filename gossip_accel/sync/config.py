@@ -76,7 +76,7 @@ EXCHANGE_DTYPES = ("float32", "bfloat16", "float16", "int8", "int4")
 #: updated by quantized differences (CHOCO-SGD), or the parameters themselves with error feedback
 QUANT_RINGS = ("copies", "params")
 #: ``sync.quant_scale_dtype``: the dtype of the per-block scales on the int8/int4 wire (quantize.SCALE_DTYPES)
-QUANT_SCALE_DTYPES = ("float32", "float16")
+QUANT_SCALE_DTYPES = ("float32", "bfloat16")
 #: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
 #: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
 MIXINGS = ("pull", "pair")
@@ -175,7 +175,7 @@ class SyncConfig:
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
     exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16 | int8 | int4
     quant_block: int = 256                # int8/int4: elements per absmax scale (gossip_accel/sync/quantize.py)
-    quant_scale_dtype: str = "float32"    # int8/int4: the scales' dtype on the wire: float32 | float16
+    quant_scale_dtype: str = "float32"    # int8/int4: the scales' dtype on the wire: float32 | bfloat16
     quant_ring: str = "copies"            # int8/int4 on the ring: copies (CHOCO public copies) | params
     mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
     # a torch.optim optimizer on the outer gradient p - theta_bar instead of the BMUF rule (algorithms/outer.py):

@@ -8,7 +8,11 @@ Quantizer (symmetric, per block of B = ``sync.quant_block`` consecutive elements
 
     s_j  = fl_s( max_{i in block j} |x_i| / q_max )            (fl_s: ``sync.quant_scale_dtype``)
     c_i  = clamp( round(x_i / s_j), -q_max, q_max )             (0 where s_j = 0)
-    D(Q(x))_i = c_i s_j,    |x_i - D(Q(x))_i| <= s_j / 2        (fp32 scales; fp16: up to the scale's rounding)
+    D(Q(x))_i = c_i s_j,    |x_i - D(Q(x))_i| <= s_j / 2        (fp32 scales)
+
+bf16 scales (fp32's range, 8 significant bits; fp16's range would make the scales of small outer gradients
+subnormal) round s_j by at most 2^-9 relative, which adds q_max |s - fl_s(s)| <= q_max 2^-9 s_j to the error of
+a block's largest elements (their codes clamp at q_max).
 
 int8 codes are stored one per byte, int4 codes two per byte (c + 8 in a nibble, low nibble first); the
 payload of L elements is the codes followed by the ceil(L / B) scales: ``Codec.payload_bytes(L)`` bytes,
@@ -40,7 +44,7 @@ import torch
 #: ``sync.exchange_dtype`` values of the quantized wire and their bits per code
 QUANT_BITS = {"int8": 8, "int4": 4}
 #: ``sync.quant_scale_dtype`` values and their torch dtypes
-SCALE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+SCALE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
