@@ -195,18 +195,19 @@ def simulated_coded_mean(codec: Codec, deltas: Sequence[torch.Tensor], residuals
     return gathered_mean(codec, torch.cat(owners, 0), chunk, numel)
 
 
-def coded_state(theta0: torch.Tensor, n: int, neighbours: Optional[Sequence[int]], ring_scheme: str
-                ) -> dict[str, torch.Tensor]:
+def coded_state(theta0: torch.Tensor, n: int, neighbours: Optional[Sequence[int]], ring_scheme: str,
+                full: bool = True) -> dict[str, torch.Tensor]:
     """What one worker keeps for one component (N elements) on the int8/int4 wire, started at theta_0:
 
     * ``ref`` (N): the model every rank started the block from (the full graph's shared reference);
-      ``residual`` (n x ceil(N/n)) its error feedback, ``owner`` (ceil(N/n)) that of the chunk it owns;
+      ``residual`` (n x ceil(N/n)) its error feedback, ``owner`` (ceil(N/n)) that of the chunk it owns
+      (only with ``full``: a ring run without warm-up has no full average);
     * ring, ``copies``: ``sent.j`` (N) = neighbour j's copy of this worker, ``copy.j`` (N) = its copy of j,
       for each of the 2p ring neighbours; ring, ``params``: ``ring_residual`` (N).
     """
     theta0 = theta0.detach().clone()
     chunk = chunk_length(theta0.numel(), n)
-    state = {"ref": theta0, "residual": theta0.new_zeros(n, chunk), "owner": theta0.new_zeros(1, chunk)}
+    state = {"ref": theta0, "residual": theta0.new_zeros(n, chunk), "owner": theta0.new_zeros(1, chunk)} if full else {}
     if neighbours is not None and ring_scheme == "copies":
         for j in neighbours:
             state[f"sent.{j}"] = theta0.clone()

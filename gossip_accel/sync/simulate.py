@@ -60,7 +60,8 @@ class SimulatedCluster:
         # sync.exchange_dtype int8 / int4: every worker's references and residuals (quantize.coded_state)
         self.codec = codec_of(cfg) if cfg.spec.simulator == "periodic" else None
         ring = isinstance(self.topology, RingTopology)
-        self.coded = [{c.name: coded_state(c.gather(), n, self.topology.neighbours(k) if ring else None, cfg.quant_ring)
+        self.coded = [{c.name: coded_state(c.gather(), n, self.topology.neighbours(k) if ring else None, cfg.quant_ring,
+                                           full=not ring or cfg.warmup_steps > 0)
                        for c in self.comps[k]} for k in range(n)] if self.codec is not None and n > 1 else []
         self.alpha = cfg.resolved_alpha(n)
         # EASGD / ASGD: the server's centre variable (global model), per component

@@ -6,7 +6,8 @@ What a worker keeps so that a quantized message has a reference the receiver sha
 * full graph (MA, BMUF, every warm-up average): ``ref`` = the model every rank started the block from
   (equal on all ranks after a full average); the outer gradient delta_i = theta_i - ref travels as a quantized
   reduce-scatter + all-gather (``Communicator.allreduce_mean_coded``) with the worker's residual (n x chunk)
-  and the chunk owner's residual (chunk); theta_bar = ref + mean. Memory: 2 N + N / n fp32.
+  and the chunk owner's residual (chunk); theta_bar = ref + mean. Memory: 2 N + N / n fp32 (ring algorithms:
+  only with a warm-up, whose averages are full).
 * ring, ``sync.quant_ring: copies``: per ring neighbour j, the copy of theta_i that j holds (``sent[j]``) and
   the copy of theta_j this rank holds (``copies[j]``), both updated by every message on the edge (CHOCO-SGD's
   public copies, kept per edge so a neighbour that is not chosen in a round misses nothing). Memory: 4 p N fp32.
@@ -27,9 +28,9 @@ class CodedExchange:
     """The references and residuals of one worker's carried components (module docstring)."""
 
     def __init__(self, codec: Codec, components: Sequence[Component], n: int, neighbours: Optional[Sequence[int]],
-                 ring_scheme: str):
+                 ring_scheme: str, full: bool = True):
         self.codec, self.n, self.ring_scheme = codec, n, ring_scheme
-        self.state = {comp.name: coded_state(comp.gather(), n, neighbours, ring_scheme) for comp in components}
+        self.state = {comp.name: coded_state(comp.gather(), n, neighbours, ring_scheme, full) for comp in components}
         self.follows: dict[str, bool] = {}  # a full average in which every rank was healthy: ref <- new model
 
     # -- the full graph --------------------------------------------------------------------------

@@ -45,7 +45,8 @@ class PeriodicEngine(Engine):
                     self.send[comp.name] = torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
         if codec is not None:
             ctx.coded = CodedExchange(codec, ctx.carried(), ctx.comm.world_size,
-                                      ctx.topology.neighbours(ctx.rank) if self.gossip else None, ctx.cfg.quant_ring)
+                                      ctx.topology.neighbours(ctx.rank) if self.gossip else None, ctx.cfg.quant_ring,
+                                      full=not self.gossip or ctx.cfg.warmup_steps > 0)
 
     def step(self, t: int, due: Due, buffers_due: bool) -> None:
         """Lines 6-17 for the due components this rank carries, then the buffers."""
