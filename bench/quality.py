@@ -119,6 +119,15 @@ SETTINGS: dict[str, tuple] = {
        for tau in (2, 4) for merge in ("delta", "mix", "replace")},
     "gossip_bmuf_stagger_overlap4": ("gossip-BMUF, stagger and sync.overlap_steps=4 (delta)",
                                      ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.stagger=true", "sync.overlap_steps=4"]),
+    # issue 17 item 3: the int8/int4 wire (outer gradients with per-block scales and error feedback) against
+    # fp32 and bf16 at the recipe's settings (pull mixing, as measured); gossip: per-edge public copies (CHOCO) or parameters + error feedback
+    **{f"{algo}_{wire}": (f"{label}, {wire} wire", [f"sync.algorithm={algo}", "sync.mixing=pull", f"sync.exchange_dtype={dtype}"])
+       for algo, label in (("bmuf", "BMUF-NBM"), ("gossip_bmuf", "gossip-BMUF"))
+       for wire, dtype in (("fp32", "float32"), ("bf16", "bfloat16"), ("int8", "int8"), ("int4", "int4"))},
+    "gossip_bmuf_int4_params": ("gossip-BMUF, int4 wire, parameters with error feedback (sync.quant_ring=params)",
+                                ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.exchange_dtype=int4", "sync.quant_ring=params"]),
+    "gossip_bmuf_int8_params": ("gossip-BMUF, int8 wire, parameters with error feedback (sync.quant_ring=params)",
+                                ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.exchange_dtype=int8", "sync.quant_ring=params"]),
     # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
     "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
     "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
@@ -136,6 +145,8 @@ GRIDS = {
     # issue 14: the warm-up's kind and the inner optimizer's state (gossip_bmuf_adam / _sgd: not in it yet)
     "inner": ["ddp", "gossip_bmuf", "gossip_bmuf_warmup_grads", "gossip_bmuf_ramp", "gossip_bmuf_state_reset",
               "gossip_bmuf_state_average"],
+    "quant": ["ddp", "bmuf_fp32", "bmuf_bf16", "bmuf_int8", "bmuf_int4", "gossip_bmuf_fp32", "gossip_bmuf_bf16",
+              "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
                "gossip_bmuf_eta_0.8"],
 }

@@ -50,6 +50,14 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
     # for the first 6 steps, none afterwards (tests/test_warmup_kinds.py)
     "ddp_gossip_bmuf_warmup_grads": (4, ["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.warmup_steps=6",
                                          "sync.warmup_kind=gradients", "sync.seed=2"], 18),
+    # the int8/int4 wire (gossip_accel/sync/quantize.py, tests/test_quantized_exchange.py)
+    "ma_int4": (4, ["sync.algorithm=ma", "sync.exchange_dtype=int4"], 17),
+    "bmuf_int8_warmup": (4, ["sync.algorithm=bmuf", "sync.exchange_dtype=int8", "sync.warmup_steps=4",
+                             "sync.warmup_period=2", "sync.quant_block=64", "sync.quant_scale_dtype=bfloat16"], 18),
+    "gossip_bmuf_int8": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int8"], 19),
+    "gossip_bmuf_int4_params": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int4",
+                                    "sync.quant_ring=params"], 19),
+    "hier_bmuf_int8": (4, ["sync.algorithm=bmuf", "sync.exchange_dtype=int8"], 17),
 }
 
 
@@ -76,7 +84,7 @@ class PreparedBy:
 
 
 #: scenario -> step after which it is checkpointed, rebuilt from other weights and resumed
-RESUMED = {"hier_bmuf_warmup": 9, "hier_bmuf_overlap": 11}  # hier_bmuf_overlap: posted at 10, applied at 12
+RESUMED = {"hier_bmuf_warmup": 9, "hier_bmuf_int8": 9, "hier_bmuf_overlap": 11}  # hier_bmuf_overlap: posted at 10, applied at 12
 
 
 def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:

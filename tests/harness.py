@@ -78,6 +78,10 @@ SCENARIOS: dict[str, tuple[list[str], int]] = {
                                    "sync.warmup_period=2", "sync.inner_state=average", "sync.seed=1"], 20),
     "ma_state_reset_adam": (["sync.algorithm=ma", "sync.inner_state=reset"], 14),
     "local_ma_state_average_adagrad": (["sync.algorithm=local_ma", "sync.p=1", "sync.inner_state=average"], 13),
+    # issue 17: the int8/int4 wire (quantized outer gradients; ring: per-edge public copies)
+    "bmuf_int4": (["sync.algorithm=bmuf", "sync.exchange_dtype=int4", "sync.quant_block=32"], 17),
+    "gossip_bmuf_pair_int4": (["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.seed=2",
+                               "sync.exchange_dtype=int4", "sync.warmup_steps=4", "sync.warmup_period=2"], 20),
 }
 # scenarios whose workers use another optimizer than make_optimizer's default
 OPTIMIZER = {"ma_ngsgd": "ngsgd", "gossip_bmuf_ngsgd": "ngsgd", "ma_state_reset_adam": "adam",
@@ -236,7 +240,7 @@ def _worker(rank: int, world: int, init_file: str, outdir: str) -> None:
 # scenario -> step at which it is checkpointed and resumed (run_resumed)
 RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd": 9, "asgd_lockstep": 6,
            "ma_ngsgd": 11, "bmuf_outer_adam": 9, "gossip_bmuf_outer_nesterov": 15, "gossip_bmuf_warmup_grads": 4,
-           "bmuf_warmup_ramp": 9, "gossip_bmuf_state_average": 11, "ma_state_reset_adam": 7,
+           "bmuf_warmup_ramp": 9, "gossip_bmuf_state_average": 11, "ma_state_reset_adam": 7, "gossip_bmuf_pair_int4": 11,
            # checkpoints with an exchange in flight (posted at 10 / 12, applied at 12 / 15)
            "gossip_bmuf_overlap": 11, "bmuf_overlap_mix": 13}
 

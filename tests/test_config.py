@@ -345,3 +345,12 @@ def test_outer_optimizer_warns_that_block_momentum_is_unused():
 def test_inner_state_with_overlap_is_refused():
     with pytest.raises(ConfigError, match=re.escape("sync.inner_state=average with sync.overlap_steps=2")):
         load_sync_config(None, ["sync.algorithm=bmuf", "sync.inner_state=average", "sync.overlap_steps=2"])
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["sync.overlap_steps=2", "sync.exchange_dtype=int8"], "sync.overlap_steps=2 with sync.exchange_dtype=int8"),
+    (["sync.inner_state=average", "sync.exchange_dtype=int4"], "sync.inner_state=average with sync.exchange_dtype=int4"),
+])
+def test_combinations_not_implemented_are_refused(overrides, match):
+    with pytest.raises(ConfigError, match=re.escape(match)):
+        load_sync_config(None, ["sync.algorithm=gossip_bmuf", *overrides])

@@ -118,5 +118,5 @@ def test_server_and_pairwise_algorithms_refuse_a_low_precision_wire(algo):
 
 
 def test_unknown_exchange_dtype():
-    with pytest.raises(ConfigError, match="sync.exchange_dtype='int8'; choose one of float32, bfloat16, float16"):
-        load_sync_config(BASE, ["sync.exchange_dtype=int8"])
+    with pytest.raises(ConfigError, match="sync.exchange_dtype='int2'; choose one of float32, bfloat16, float16, int8, int4"):
+        load_sync_config(BASE, ["sync.exchange_dtype=int2"])

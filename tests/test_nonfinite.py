@@ -40,6 +40,10 @@ SCENARIOS: dict[str, tuple[list[str], str, tuple[int, ...]]] = {
     "gossip_bmuf_slots_cpu": (["sync.algorithm=gossip_bmuf", "sync.q=1", "sync.slots_on_cpu=true"], "slots", (SICK,)),
     # with H2's low-precision wire (sync.exchange_dtype): the sick rank sends zeros in bf16 as well
     "bmuf_bf16_wire_weights": (["sync.algorithm=bmuf", "sync.exchange_dtype=bfloat16"], "weights", (SICK,)),
+    # the int8/int4 wire: the sick rank sends a zero outer gradient; ring: both ends of its edges restart the copies
+    "bmuf_int8_wire_weights": (["sync.algorithm=bmuf", "sync.exchange_dtype=int8"], "weights", (SICK,)),
+    "gossip_bmuf_int4_wire_weights": (["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int4"],
+                                      "weights", (SICK,)),
     "ma_broadcast_buffers": (["sync.algorithm=ma", "sync.buffers=broadcast"], "weights", (0,)),
     # issue 17: an overlapped sync (posted at 8, applied at 10) resets the sick rank at the apply step
     "bmuf_overlap_weights": (["sync.algorithm=bmuf", "sync.block_momentum=0.9", "sync.overlap_steps=2"], "weights",

@@ -7,6 +7,8 @@ seconds spent. Byte accounting:
 * ``allreduce_mean`` counts what a ring all-reduce (the algorithm NCCL and gloo use for
   large buffers) transmits per worker: 2 (n-1)/n * nbytes sent and the same received. With a
   bf16/fp16 wire (``sync.exchange_dtype``) nbytes are the wire's: half of fp32's.
+* ``allreduce_mean_coded`` (int8/int4 wire) counts its real payloads, codes + scales: 2 (n-1)
+  chunk payloads of :mod:`~gossip_accel.sync.quantize` sent and received.
 * ``exchange`` counts the exact payload of every ``isend`` / ``irecv``.
 * ``reduce_sum`` / ``gather`` (to one rank) and ``scatter`` / ``broadcast`` (from one rank), the
   collectives of the parameter-server algorithms in lock-step mode, count the direct model:
@@ -198,6 +200,33 @@ class Communicator:
             dist.all_gather(list(send.view(n, chunk).unbind(0)), mean_wire.copy_(mean), group=self.group)
         buffer.reshape(-1).copy_(send[:numel])
         moved = 2.0 * (n - 1) * chunk * send.element_size()
+        self.stats.add(name, moved, moved, time.perf_counter() - start)
+
+    def allreduce_mean_coded(self, name: str, delta: torch.Tensor, codec, residual: torch.Tensor,
+                             owner_residual: torch.Tensor, sick: bool = False) -> None:
+        """delta <- the mean over the group of the ranks' int8/int4-coded ``delta`` (an outer gradient), in place.
+
+        A quantized reduce-scatter (``all_to_all_single`` of the uint8 payloads of
+        :func:`~gossip_accel.sync.quantize.coded_send`: chunk j of Q(delta_i + e_i) to rank j), the chunk
+        owner's fp32 sum in rank order re-quantized with its own error feedback
+        (:func:`~gossip_accel.sync.quantize.owner_reduce_`), and an ``all_gather`` of the owners' payloads
+        that every rank decodes alike. gloo has no int8 reduction; summing decoded payloads is exact and
+        deterministic. Bytes: 2 (n - 1) chunk payloads (codes + scales) sent and received per rank.
+        """
+        from .quantize import chunk_length, coded_send, gathered_mean, owner_reduce_
+
+        start = time.perf_counter()
+        n, numel = self.world_size, delta.numel()
+        chunk = chunk_length(numel, n)
+        send = coded_send(codec, delta, residual, n, sick)
+        recv = torch.empty_like(send)
+        gathered = torch.empty_like(send)
+        with guard("all-reduce", name, self._all(), self.group):
+            dist.all_to_all_single(recv, send, group=self.group)
+            mine = owner_reduce_(codec, list(recv.split(1)), chunk, owner_residual)
+            dist.all_gather(list(gathered.split(1)), mine, group=self.group)
+        delta.reshape(-1).copy_(gathered_mean(codec, gathered, chunk, numel))
+        moved = 2.0 * (n - 1) * send.shape[1]
         self.stats.add(name, moved, moved, time.perf_counter() - start)
 
     def broadcast(self, name: str, buffer: torch.Tensor, src: int = 0) -> None:

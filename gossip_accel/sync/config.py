@@ -74,7 +74,12 @@ class ComponentRule:
 
 
 #: ``sync.exchange_dtype``: the dtype components travel in (gossip_accel/sync/precision.py)
-EXCHANGE_DTYPES = ("float32", "bfloat16", "float16")
+EXCHANGE_DTYPES = ("float32", "bfloat16", "float16", "int8", "int4")
+#: ``sync.quant_ring`` (int8/int4 on the ring, gossip_accel/sync/engines/coded.py): per-edge public copies
+#: updated by quantized differences (CHOCO-SGD), or the parameters themselves with error feedback
+QUANT_RINGS = ("copies", "params")
+#: ``sync.quant_scale_dtype``: the dtype of the per-block scales on the int8/int4 wire (quantize.SCALE_DTYPES)
+QUANT_SCALE_DTYPES = ("float32", "bfloat16")
 #: ``sync.mixing``: how a gossip round mixes (gossip_accel/topology.py): the paper's one-way pull of q
 #: chosen neighbours, or a random matching of ring neighbours (both ends average; doubly stochastic)
 MIXINGS = ("pull", "pair")
@@ -175,7 +180,10 @@ class SyncConfig:
     broadcast_initial: bool = True
     enabled: bool = True
     nonfinite: str = "reset"              # NaN/inf replica at a sync: reset | raise | ignore (health.py)
-    exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16
+    exchange_dtype: str = "float32"       # the wire of the periodic syncs: float32 | bfloat16 | float16 | int8 | int4
+    quant_block: int = 256                # int8/int4: elements per absmax scale (gossip_accel/sync/quantize.py)
+    quant_scale_dtype: str = "float32"    # int8/int4: the scales' dtype on the wire: float32 | bfloat16
+    quant_ring: str = "copies"            # int8/int4 on the ring: copies (CHOCO public copies) | params
     mixing: str = "pull"                  # gossip rounds: pull (Algorithm 1 line 7) | pair (random matching)
     # -- staggered and overlapped syncs (schedule.py, overlap.py; docs/ALGORITHMS.md) ------------------
     stagger: bool = False                 # components sharing a period H sync at offsets floor(k H / K)
@@ -364,6 +372,9 @@ def _validate_warmup_kind_and_inner_state(cfg: SyncConfig) -> None:
         periodic = registry.names(family="periodic")
         raise ConfigError(f"sync.inner_state={cfg.inner_state} is implemented for the flat {', '.join(periodic)}; "
                           f"{cfg.algorithm}{' with sync.hierarchy' if grouped else ''}: set sync.inner_state=keep")
+    if cfg.inner_state == "average" and cfg.exchange_dtype in ("int8", "int4"):
+        raise ConfigError(f"sync.inner_state=average with sync.exchange_dtype={cfg.exchange_dtype} is not implemented "
+                          "(the state has no coded reference): use a float wire or sync.inner_state=keep|reset")
     if cfg.inner_state != "keep" and cfg.overlap_steps > 0:
         raise ConfigError(f"sync.inner_state={cfg.inner_state} with sync.overlap_steps={cfg.overlap_steps}: the state "
                           "would be exchanged at the post step and the parameters tau steps later; not implemented "
@@ -405,6 +416,10 @@ def _validate_overlap(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.overlap_steps={tau} with sync.exchange_dtype={cfg.exchange_dtype} on the full graph "
                           f"({cfg.algorithm}) is not implemented (its two-phase wire is blocking); "
                           "use sync.exchange_dtype=float32 or a gossip algorithm")
+    if tau > 0 and cfg.exchange_dtype in ("int8", "int4"):
+        raise ConfigError(f"sync.overlap_steps={tau} with sync.exchange_dtype={cfg.exchange_dtype} is not implemented "
+                          "(the coded exchange and its error feedback are blocking); use sync.overlap_steps=0 or a "
+                          "float wire")
 
 
 def _validate_outer_optimizer(cfg: SyncConfig) -> None:
@@ -453,6 +468,7 @@ def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
         raise ConfigError(
             f"sync.exchange_dtype={cfg.exchange_dtype} is implemented for {', '.join(registry.names(low_precision_wire=True))}; "
             f"{cfg.algorithm} exchanges fp32 (its server/pairwise messages are not cast): set sync.exchange_dtype=float32")
+    _validate_quantized(cfg)
     h = cfg.hierarchy
     if h.carriers not in CARRIER_POLICIES:
         raise ConfigError(f"sync.hierarchy.carriers={h.carriers!r}; choose one of {', '.join(CARRIER_POLICIES)}")
@@ -463,6 +479,19 @@ def _validate_wire_and_hierarchy(cfg: SyncConfig) -> None:
         raise ConfigError(
             f"sync.hierarchy.group_size={g!r} is implemented for {', '.join(registry.names(hierarchy=True))}; "
             f"{cfg.algorithm} runs flat: set sync.hierarchy.group_size=null")
+
+
+def _validate_quantized(cfg: SyncConfig) -> None:
+    """sync.quant_*: the int8/int4 wire's block size, scale dtype and ring scheme."""
+    if not isinstance(cfg.quant_block, int) or isinstance(cfg.quant_block, bool) or cfg.quant_block < 1:
+        raise ConfigError(f"sync.quant_block={cfg.quant_block!r} must be an int >= 1 (elements per scale)")
+    if cfg.quant_scale_dtype not in QUANT_SCALE_DTYPES:
+        raise ConfigError(f"sync.quant_scale_dtype={cfg.quant_scale_dtype!r}; choose one of {', '.join(QUANT_SCALE_DTYPES)}")
+    if cfg.quant_ring not in QUANT_RINGS:
+        raise ConfigError(f"sync.quant_ring={cfg.quant_ring!r}; choose one of {', '.join(QUANT_RINGS)}")
+    if cfg.exchange_dtype in ("int8", "int4") and cfg.enabled and not cfg.broadcast_initial:
+        raise ConfigError(f"sync.exchange_dtype={cfg.exchange_dtype} quantizes differences from references that "
+                          "start at the broadcast theta_0: set sync.broadcast_initial=true")
 
 
 def validate_for_world(cfg: SyncConfig, n: int) -> None:

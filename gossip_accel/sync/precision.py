@@ -1,5 +1,8 @@
 """The dtype of the wire (``sync.exchange_dtype``): components travel in bf16/fp16, arithmetic stays fp32.
 
+(``int8`` / ``int4``: the outer gradients travel quantized, :mod:`gossip_accel.sync.quantize`; the
+arithmetic dtype of those runs is fp32, :func:`wire_dtype`.)
+
 Shared by the transport (:mod:`gossip_accel.sync.comm`) and the oracle (:mod:`gossip_accel.sync.simulate`),
 so a distributed run and the simulator round at exactly the same places:
 
@@ -25,8 +28,9 @@ WIRE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": 
 
 
 def wire_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a ``sync.exchange_dtype`` value (validated in config.py)."""
-    return WIRE_DTYPES[name]
+    """The torch dtype of a ``sync.exchange_dtype`` value (validated in config.py); fp32 for the quantized
+    wires (int8, int4), whose codes and scales quantize.py makes and reads."""
+    return WIRE_DTYPES.get(name, torch.float32)
 
 
 def is_low(dtype: torch.dtype) -> bool:

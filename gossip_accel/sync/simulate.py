@@ -33,6 +33,7 @@ from .health import neighbour_mean_
 from .inner_state import AVERAGING_EVENTS, as_component, reset_, state_slices
 from .overlap import merge_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
+from .quantize import apply_to_copy_, codec_of, coded_state, compress_, send_to_copy_, simulated_coded_mean
 from .schedule import event_at, needs_gradient_allreduce, stagger_offsets
 from .topology import RingTopology, make_topology
 from .warmup import mean_gradients_, restart_slots
@@ -77,6 +78,12 @@ class SimulatedCluster:
             {c.name: start_slots(c.gather(), cfg.outer_optimizer) for c in self.comps[k]} if cfg.uses_bmuf else {}
             for k in range(n)
         ]
+        # sync.exchange_dtype int8 / int4: every worker's references and residuals (quantize.coded_state)
+        self.codec = codec_of(cfg) if cfg.spec.simulator == "periodic" else None
+        ring = isinstance(self.topology, RingTopology)
+        self.coded = [{c.name: coded_state(c.gather(), n, self.topology.neighbours(k) if ring else None, cfg.quant_ring,
+                                           full=not ring or cfg.warmup_steps > 0)
+                       for c in self.comps[k]} for k in range(n)] if self.codec is not None and n > 1 else []
         self.alpha = cfg.resolved_alpha(n)
         # EASGD / ASGD: the server's centre variable (global model), per component
         self.centre = [c.gather().clone() for c in self.comps[0]] if cfg.spec.family == "server" else []
@@ -102,7 +109,9 @@ class SimulatedCluster:
         slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
         if kind != "sync" or not isinstance(self.topology, RingTopology):
             mean, sick = self._healthy_mean(thetas, [self.comps[k][ci] for k in range(self.n)])
-            if is_low(self.wire):  # a sick replica sends zeros on the wire; the mean is rescaled by n / healthy
+            if self.coded:
+                mean = self._coded_full_mean(thetas, name, sick)
+            elif is_low(self.wire):  # a sick replica sends zeros on the wire; the mean is rescaled by n / healthy
                 mean = simulated_full_mean([torch.zeros_like(t) if s else t for t, s in zip(thetas, sick)], self.wire)
                 if any(sick):
                     mean.mul_(self.n / sick.count(False))
@@ -111,7 +120,8 @@ class SimulatedCluster:
         out = []
         for k in range(self.n):
             bar = thetas[k].clone()
-            received = [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]]
+            received = ([self._coded_received(thetas, name, j, k, plan) for j in plan.recv_from[k]] if self.coded else
+                        [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]])
             dropped, source = neighbour_mean(self.cfg.nonfinite, k, self.t, name, bar, received, plan.recv_from[k],
                                              slots_bad[k])
             self.nonfinite_dropped[k] += dropped
@@ -119,6 +129,34 @@ class SimulatedCluster:
                 self._record(k, self.comps[k][ci], source)
             out.append((bar, kind if source is None else "warmup_end", source is not None))
         return out
+
+    def _coded_full_mean(self, thetas: list[torch.Tensor], name: str, sick: list[bool]) -> torch.Tensor:
+        """theta_bar of the int8/int4 all-reduce (Communicator.allreduce_mean_coded): ref + (n / healthy) x the
+        decoded mean of the workers' quantized outer gradients theta_k - ref (sick workers send zeros)."""
+        states = [self.coded[k][name] for k in range(self.n)]
+        ref = states[0]["ref"]
+        mean = simulated_coded_mean(self.codec, [t - ref for t in thetas], [st["residual"] for st in states],
+                                    [st["owner"] for st in states], sick)
+        healthy = sick.count(False)
+        if healthy < self.n:
+            mean.mul_(self.n / healthy)
+        mean.add_(ref)
+        self._coded_follows = healthy == self.n
+        if healthy < self.n:  # engines/coded.py: the shared reference becomes theta_bar
+            for st in states:
+                st["ref"].copy_(mean)
+        return mean
+
+    def _coded_received(self, thetas: list[torch.Tensor], name: str, j: int, k: int, plan) -> torch.Tensor:
+        """Worker k's copy of worker j after j's int8/int4 message of this round (engines/coded.py): the edge's
+        public copy (copies) or j's parameters with error feedback (params, one message for all receivers)."""
+        if self.cfg.quant_ring == "copies":
+            payload = send_to_copy_(self.codec, thetas[j], self.coded[j][name][f"sent.{k}"])
+            return apply_to_copy_(self.codec, self.coded[k][name][f"copy.{j}"], payload)
+        if (j, name) not in self._ring_payloads:
+            self._ring_payloads[(j, name)] = compress_(self.codec, thetas[j].unsqueeze(0),
+                                                       self.coded[j][name]["ring_residual"])
+        return self.codec.decode(self._ring_payloads[(j, name)], thetas[j].numel())[0]
 
     def _healthy_mean(self, vals: list[torch.Tensor], comps: list) -> tuple[torch.Tensor, list[bool]]:
         """The full-graph mean over the healthy replicas (value and BMUF slots finite); the sick ones are
@@ -177,9 +215,12 @@ class SimulatedCluster:
     def _apply_averages(self, ci: int, ev: Any, thetas: list[torch.Tensor], overlapped: bool = False) -> None:
         """Every worker's rule on its average of ``thetas``; overlapped: merged with its live model."""
         cfg = self.cfg
+        self._coded_follows, self._ring_payloads = False, {}  # int8/int4 (set by _averages)
         for k, (bar, kind, reset) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
-            slots = self.slots[k].get(self.comps[k][ci].name)
-            new = new_local_model(kind, bar, slots, self.block_momentum, cfg.block_lr, cfg.nesterov)
+            name = self.comps[k][ci].name
+            new = new_local_model(kind, bar, self.slots[k].get(name), self.block_momentum, cfg.block_lr, cfg.nesterov)
+            if self._coded_follows:  # int8/int4: the new model is the next block's reference
+                self.coded[k][name]["ref"].copy_(new)
             if overlapped:
                 new = merge_(self.comps[k][ci].gather().clone(), thetas[k], new, cfg.overlap_merge, cfg.overlap_mix,
                              reset)

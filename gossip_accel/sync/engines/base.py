@@ -73,6 +73,8 @@ class EngineContext:
     before_buffers: Callable[[Component], None] = field(default=lambda buffers: None)
     wire_dtype: torch.dtype = torch.float32
     block_momentum: float = 0.0  # eta of the BMUF rule (config.resolved_block_momentum)
+    #: int8/int4 wire: the references and residuals of engines/coded.py (set by the periodic engine)
+    coded: Any = None
 
     @property
     def spec(self):
@@ -112,17 +114,25 @@ class EngineContext:
         full graph without the diverged replicas. Returns the rule to apply: a sick rank whose own BMUF
         slots are non-finite restarts them (``warmup_end``); otherwise the shared slots stay consistent."""
         sick = verdict is not None and verdict.sick[self.rank][j]
+        healthy = verdict.healthy(j) if verdict is not None else None
+        if self.coded is not None and self.wire(kind) is not None:
+            # int8/int4: the outer gradient (coded.py), already the mean over the healthy ranks
+            self.coded.full_mean(self.comm, comp, sick, self.world_size if healthy is None else healthy)
+            return self.masked_result(comp, comp.flat, kind, sick, healthy, rescale=False)
         if sick:
             comp.flat.zero_()
         self.comm.allreduce_mean(comp.name, comp.flat, self.wire(kind))
-        return self.masked_result(comp, comp.flat, kind, sick, verdict.healthy(j) if verdict is not None else None)
+        return self.masked_result(comp, comp.flat, kind, sick, healthy)
 
-    def masked_result(self, comp: Component, mean: torch.Tensor, kind: str, sick: bool, healthy: Optional[int]) -> str:
-        """``mean`` (the all-reduce mean, sick ranks sent zeros) <- the mean over the ``healthy`` ranks; a sick
-        rank is recorded as reset. Returns the rule to apply (:meth:`masked_allreduce`)."""
+    def masked_result(self, comp: Component, mean: torch.Tensor, kind: str, sick: bool, healthy: Optional[int],
+                      rescale: bool = True) -> str:
+        """``mean`` (the all-reduce mean, sick ranks sent zeros) <- the mean over the ``healthy`` ranks (``rescale``;
+        a coded mean is over them already); a sick rank is recorded as reset. Returns the rule to apply
+        (:meth:`masked_allreduce`)."""
         if healthy is None or healthy == self.world_size:
             return kind
-        mean.mul_(self.world_size / healthy)
+        if rescale:
+            mean.mul_(self.world_size / healthy)
         if not sick:
             return kind
         self.record_reset(comp, f"the average of the {healthy} healthy ranks")

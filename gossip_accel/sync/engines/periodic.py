@@ -21,10 +21,12 @@ from ..comm import Exchange
 from ..components import Component
 from ..overlap import merge_
 from ..precision import is_low
+from ..quantize import codec_of
 from ..schedule import event_at
 from ..topology import RingTopology
 from ..worker import neighbour_mean, relative_distance
 from .base import Due, Engine, EngineContext
+from .coded import CodedExchange
 from .overlap import InFlight, OverlapQueue
 
 
@@ -38,15 +40,20 @@ class PeriodicEngine(Engine):
         self.staging: dict[str, torch.Tensor] = {}  # slots on another device than the component
         self.recv: dict[str, list[torch.Tensor]] = {}
         self.send: dict[str, torch.Tensor] = {}  # ring: the wire-dtype copy a node sends
+        codec = codec_of(ctx.cfg)  # sync.exchange_dtype int8 / int4: references and residuals (coded.py)
         for comp in ctx.carried():
             slots = ctx.slots.get(comp.name)
             if slots is not None and slots.device != comp.flat.device:
                 self.staging[comp.name] = torch.empty_like(comp.flat, device=slots.device)
-            if self.gossip:
+            if self.gossip and codec is None:
                 self.recv[comp.name] = [torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
                                         for _ in range(ctx.topology.q)]
                 if is_low(ctx.wire_dtype):
                     self.send[comp.name] = torch.empty_like(comp.flat, dtype=ctx.wire_dtype)
+        if codec is not None:
+            ctx.coded = CodedExchange(codec, ctx.carried(), ctx.comm.world_size,
+                                      ctx.topology.neighbours(ctx.rank) if self.gossip else None, ctx.cfg.quant_ring,
+                                      full=not self.gossip or ctx.cfg.warmup_steps > 0)
         tau = ctx.cfg.overlap_steps
         self.overlap = OverlapQueue(ctx, self.recv, self.send, self.gossip) if tau > 0 else None
 
@@ -79,11 +86,16 @@ class PeriodicEngine(Engine):
         self.ctx.average_all()
 
     def state_dict(self) -> dict:
-        return {"overlap": self.overlap.state_dict()} if self.overlap is not None else {}
+        state = {"overlap": self.overlap.state_dict()} if self.overlap is not None else {}
+        if self.ctx.coded is not None:
+            state["coded"] = self.ctx.coded.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if self.overlap is not None:
             self.overlap.load_state_dict(state.get("overlap", {}))
+        if self.ctx.coded is not None:
+            self.ctx.coded.load_state_dict(state["coded"])
 
     def _applied_now(self, t: int) -> list[Component]:
         """Every component (carried or not) whose sync posted at t - tau is applied at t: the ones to share."""
@@ -101,19 +113,24 @@ class PeriodicEngine(Engine):
     def _gossip_round(self, due: Due) -> None:
         """Algorithm 1 lines 7-8 for all due components in one batched exchange."""
         ctx = self.ctx
-        items = []
+        items, coded = [], ctx.coded
         for comp, ev in due:
             plan = ctx.topology.plan(comp.index, ev.round)
             comp.gather()
-            send = self.send[comp.name].copy_(comp.flat) if comp.name in self.send else comp.flat  # the wire
             recv_from = plan.recv_from[ctx.rank]  # fewer than q where a pairing leaves this rank out
-            items.append(Exchange(comp.name, comp.index, send, plan.send_to[ctx.rank], recv_from,
-                                  self.recv[comp.name][:len(recv_from)]))
-        ctx.comm.exchange(items)
-        for (comp, ev), it in zip(due, items):
+            if coded is not None:  # int8/int4: quantized messages (coded.py)
+                items.append(coded.ring_items(comp, plan.send_to[ctx.rank], recv_from))
+                continue
+            send = self.send[comp.name].copy_(comp.flat) if comp.name in self.send else comp.flat  # the wire
+            items.append([Exchange(comp.name, comp.index, send, plan.send_to[ctx.rank], recv_from,
+                                   self.recv[comp.name][:len(recv_from)])])
+        ctx.comm.exchange([it for its in items for it in its])
+        for (comp, ev), its in zip(due, items):
+            recv_from = [src for it in its for src in it.recv_from]
+            received = (coded.ring_received(comp, its) if coded is not None
+                        else [buf for it in its for buf in it.recv_buffers])
             dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, comp.flat,
-                                             it.recv_buffers, it.recv_from,
-                                             health.slots_sick(ctx.slots.get(comp.name)))
+                                             received, recv_from, health.slots_sick(ctx.slots.get(comp.name)))
             ctx.metrics.nonfinite_dropped += dropped
             if source is not None:
                 ctx.record_reset(comp, source)
@@ -135,6 +152,8 @@ class PeriodicEngine(Engine):
         new = new_local_model(kind, bar, ctx.slots.get(comp.name), ctx.block_momentum, ctx.cfg.block_lr,
                               ctx.cfg.nesterov)
         new = new if new.device == comp.flat.device else out.copy_(new)
+        if ctx.coded is not None:
+            ctx.coded.after_rule(comp, new)
         if snapshot is not None:
             new = merge_(comp.gather(), snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset)
         comp.scatter(new)

@@ -1,0 +1,87 @@
+"""The int8/int4 exchange of the periodic engine (``sync.exchange_dtype: int8 | int4``, docs/ALGORITHMS.md).
+
+What a worker keeps so that a quantized message has a reference the receiver shares
+(:mod:`gossip_accel.sync.quantize` does the coding; the simulator keeps the same state per worker):
+
+* full graph (MA, BMUF, every warm-up average): ``ref`` = the model every rank started the block from
+  (equal on all ranks after a full average); the outer gradient delta_i = theta_i - ref travels as a quantized
+  reduce-scatter + all-gather (``Communicator.allreduce_mean_coded``) with the worker's residual (n x chunk)
+  and the chunk owner's residual (chunk); theta_bar = ref + mean. Memory: 2 N + N / n fp32 (ring algorithms:
+  only with a warm-up, whose averages are full).
+* ring, ``sync.quant_ring: copies``: per ring neighbour j, the copy of theta_i that j holds (``sent[j]``) and
+  the copy of theta_j this rank holds (``copies[j]``), both updated by every message on the edge (CHOCO-SGD's
+  public copies, kept per edge so a neighbour that is not chosen in a round misses nothing). Memory: 4 p N fp32.
+* ring, ``sync.quant_ring: params``: the parameters themselves with error feedback (one residual, N fp32).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from ..comm import Exchange
+from ..components import Component
+from ..quantize import Codec, apply_to_copy_, coded_state, compress_, send_to_copy_
+
+
+class CodedExchange:
+    """The references and residuals of one worker's carried components (module docstring)."""
+
+    def __init__(self, codec: Codec, components: Sequence[Component], n: int, neighbours: Optional[Sequence[int]],
+                 ring_scheme: str, full: bool = True):
+        self.codec, self.n, self.ring_scheme = codec, n, ring_scheme
+        self.state = {comp.name: coded_state(comp.gather(), n, neighbours, ring_scheme, full) for comp in components}
+        self.follows: dict[str, bool] = {}  # a full average in which every rank was healthy: ref <- new model
+
+    # -- the full graph --------------------------------------------------------------------------
+    def full_mean(self, comm, comp: Component, sick: bool, healthy: int) -> None:
+        """comp.flat (theta_i) <- theta_bar = ref + (n / healthy) mean_k D(Q(theta_k - ref + e_k))."""
+        st = self.state[comp.name]
+        delta = comp.flat.sub_(st["ref"])
+        comm.allreduce_mean_coded(comp.name, delta, self.codec, st["residual"], st["owner"], sick)
+        if healthy < self.n:
+            delta.mul_(self.n / healthy)
+        comp.flat.add_(st["ref"])
+        self.follows[comp.name] = healthy == self.n
+        if healthy < self.n:  # a reset rank's rule differs: the shared reference is theta_bar itself
+            st["ref"].copy_(comp.flat)
+
+    def after_rule(self, comp: Component, new: torch.Tensor) -> None:
+        """The new local model of a full average is the next block's reference (the same on every rank)."""
+        if self.follows.pop(comp.name, False):
+            self.state[comp.name]["ref"].copy_(new)
+
+    # -- the ring -------------------------------------------------------------------------------
+    def ring_items(self, comp: Component, send_to: Sequence[int], recv_from: Sequence[int]) -> list[Exchange]:
+        """The messages of this rank in a gossip round of ``comp`` (comp.flat holds theta_i): one payload per
+        receiver (copies) or one for all (params), and the receive buffers of the chosen neighbours."""
+        st, codec, numel = self.state[comp.name], self.codec, comp.flat.numel()
+        items = []
+        if self.ring_scheme == "copies":
+            for dst in send_to:
+                items.append(Exchange(comp.name, comp.index, send_to_copy_(codec, comp.flat, st[f"sent.{dst}"]),
+                                      [dst], [], []))
+        elif send_to:
+            items.append(Exchange(comp.name, comp.index, compress_(codec, comp.flat.unsqueeze(0), st["ring_residual"]),
+                                  list(send_to), [], []))
+        if recv_from:
+            bufs = [torch.empty(codec.payload_bytes(numel), dtype=torch.uint8, device=comp.flat.device)
+                    for _ in recv_from]
+            items.append(Exchange(comp.name, comp.index, bufs[0], [], list(recv_from), bufs))
+        return items
+
+    def ring_received(self, comp: Component, items: Sequence[Exchange]) -> list[torch.Tensor]:
+        """The fp32 copies of the chosen neighbours after the round (in the order of their ranks)."""
+        got = [(src, buf) for it in items for src, buf in zip(it.recv_from, it.recv_buffers)]
+        if self.ring_scheme == "copies":
+            st = self.state[comp.name]
+            return [apply_to_copy_(self.codec, st[f"copy.{src}"], buf.unsqueeze(0)) for src, buf in got]
+        return [self.codec.decode(buf.unsqueeze(0), comp.flat.numel())[0] for _, buf in got]
+
+    def state_dict(self) -> dict:
+        return {name: {k: v.clone() for k, v in st.items()} for name, st in self.state.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, st in state.items():
+            for k, v in st.items():
+                self.state[name][k].copy_(v)

@@ -1,0 +1,217 @@
+"""The int8/int4 wire (``sync.exchange_dtype: int8 | int4``): per-block absmax quantization with error feedback.
+
+Shared by the transport (:mod:`gossip_accel.sync.comm`, :mod:`gossip_accel.sync.engines.coded`) and the oracle
+(:mod:`gossip_accel.sync.simulate`): every encode, decode and residual update of a run goes through the
+functions below, so the simulator rounds exactly where and how the workers do.
+
+Quantizer (symmetric, per block of B = ``sync.quant_block`` consecutive elements, b bits, q_max = 2^(b-1) - 1):
+
+    s_j  = fl_s( max_{i in block j} |x_i| / q_max )            (fl_s: ``sync.quant_scale_dtype``)
+    c_i  = clamp( round(x_i / s_j), -q_max, q_max )             (0 where s_j = 0)
+    D(Q(x))_i = c_i s_j,    |x_i - D(Q(x))_i| <= s_j / 2        (fp32 scales)
+
+bf16 scales (fp32's range, 8 significant bits; fp16's range would make the scales of small outer gradients
+subnormal) round s_j by at most 2^-9 relative, which adds q_max |s - fl_s(s)| <= q_max 2^-9 s_j to the error of
+a block's largest elements (their codes clamp at q_max).
+
+int8 codes are stored one per byte, int4 codes two per byte (c + 8 in a nibble, low nibble first); the
+payload of L elements is the codes followed by the ceil(L / B) scales: ``Codec.payload_bytes(L)`` bytes,
+the only thing that travels and the only thing the byte counters count.
+
+Error feedback (Seide et al. 2014; Karimireddy et al. 2019, Algorithm 2): a sender keeps the residual e of
+what it failed to send and adds it to the next message:
+
+    v = x + e,   send Q(v),   e <- v - D(Q(v))                  (:func:`compress_`)
+
+so the sum of everything received tracks the sum of everything meant to be sent within one residual:
+sum_t D(Q(v_t)) = sum_t x_t - e_T.
+
+Public copies (CHOCO-SGD, Koloskova et al. 2019, arXiv 1902.00340, eq. 2 / Algorithm 1 line 5-7, per edge):
+a sender i and a receiver k hold the same copy hat of theta_i; a message is the quantized difference, and
+both sides add it to the copy:
+
+    hat <- hat + D(Q(theta_i - hat))                             (:func:`send_to_copy_`, :func:`apply_to_copy_`)
+
+the copy is within one quantization step of theta_i, and theta_i - hat is carried to the next message.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+#: ``sync.exchange_dtype`` values of the quantized wire and their bits per code
+QUANT_BITS = {"int8": 8, "int4": 4}
+#: ``sync.quant_scale_dtype`` values and their torch dtypes
+SCALE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Codec:
+    """The quantizer of the module docstring: ``bits`` per code, ``block`` elements per scale."""
+
+    bits: int
+    block: int
+    scale_dtype: torch.dtype = torch.float32
+
+    @property
+    def qmax(self) -> int:
+        """The largest code magnitude: 127 (int8), 7 (int4)."""
+        return 2 ** (self.bits - 1) - 1
+
+    def value_bytes(self, length: int) -> int:
+        """Bytes of the codes of ``length`` elements (int4: two per byte)."""
+        return length if self.bits == 8 else (length + 1) // 2
+
+    def scale_count(self, length: int) -> int:
+        return -(-length // self.block)
+
+    def payload_bytes(self, length: int) -> int:
+        """Bytes on the wire for ``length`` elements: codes + scales."""
+        return self.value_bytes(length) + self.scale_count(length) * torch.finfo(self.scale_dtype).bits // 8
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Q(x) of each row of ``x`` (rows, L) fp32: a uint8 tensor (rows, payload_bytes(L))."""
+        rows, length = x.shape
+        nb = self.scale_count(length)
+        blocks = torch.zeros(rows, nb * self.block, dtype=torch.float32, device=x.device)
+        blocks[:, :length] = x
+        blocks = blocks.view(rows, nb, self.block)
+        scale = (blocks.abs().amax(-1) / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
+        s = scale.float().unsqueeze(-1)
+        codes = torch.where(s > 0, blocks / s, torch.zeros_like(blocks))  # NaN/inf blocks decode non-finite (s)
+        codes = codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax).to(torch.int8).view(rows, -1)[:, :length]
+        if self.bits == 8:
+            values = codes.contiguous().view(torch.uint8)
+        else:
+            nibbles = (codes + 8).to(torch.uint8)
+            if length % 2:
+                nibbles = torch.cat([nibbles, torch.full((rows, 1), 8, dtype=torch.uint8, device=x.device)], 1)
+            values = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+        return torch.cat([values, scale.contiguous().view(torch.uint8)], 1)
+
+    def decode(self, payload: torch.Tensor, length: int) -> torch.Tensor:
+        """D(Q(x)): the fp32 rows (rows, ``length``) of a payload made by :meth:`encode`."""
+        rows = payload.shape[0]
+        vb = self.value_bytes(length)
+        values = payload[:, :vb]
+        # a fresh flat copy: viewing bytes as floats needs an aligned start and stride
+        scale = payload[:, vb:].reshape(-1).clone().view(self.scale_dtype).view(rows, -1).float()
+        if self.bits == 8:
+            codes = values.contiguous().view(torch.int8).float()
+        else:
+            lo = (values & 15).to(torch.int16) - 8
+            hi = (values >> 4).to(torch.int16) - 8
+            codes = torch.stack([lo, hi], -1).view(rows, 2 * vb)[:, :length].float()
+        nb = scale.shape[1]
+        out = torch.zeros(rows, nb * self.block, dtype=torch.float32, device=payload.device)
+        out[:, :length] = codes
+        return out.view(rows, nb, self.block).mul_(scale.unsqueeze(-1)).view(rows, -1)[:, :length]
+
+
+def codec_of(cfg) -> Optional[Codec]:
+    """The :class:`Codec` of a :class:`~gossip_accel.sync.config.SyncConfig`; None for a float wire."""
+    bits = QUANT_BITS.get(cfg.exchange_dtype)
+    return None if bits is None else Codec(bits, cfg.quant_block, SCALE_DTYPES[cfg.quant_scale_dtype])
+
+
+def compress_(codec: Codec, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """Error feedback: v = x + e, returns Q(v) and sets e <- v - D(Q(v)) (rows of ``x``, in place in
+    ``residual``). A non-finite residual entry (a diverged sender) restarts at 0."""
+    v = x + residual
+    payload = codec.encode(v)
+    torch.sub(v, codec.decode(payload, x.shape[1]), out=residual)
+    residual.nan_to_num_(0.0, 0.0, 0.0)
+    return payload
+
+
+def apply_to_copy_(codec: Codec, copy: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+    """A public copy (1-D) <- copy + D(payload), in place; a copy left non-finite by the previous message
+    restarts at 0 first (both ends of the edge do the same, so they stay equal)."""
+    copy.nan_to_num_(0.0, 0.0, 0.0)
+    return copy.add_(codec.decode(payload, copy.numel())[0])
+
+
+def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
+    """The sender's side of an edge: returns Q(theta - hat) and applies it to its copy hat (1-D, in place)."""
+    copy.nan_to_num_(0.0, 0.0, 0.0)
+    payload = codec.encode((theta - copy).unsqueeze(0))
+    apply_to_copy_(codec, copy, payload)
+    return payload
+
+
+# -- the all-reduce family: a quantized reduce-scatter + all-gather of the outer gradient -----------------------
+def chunk_length(numel: int, n: int) -> int:
+    """Elements per rank's chunk of the reduce-scatter: ceil(numel / n) (the buffer is zero-padded to n chunks)."""
+    return -(-numel // n)
+
+
+def allreduce_bytes(codec: Codec, numel: int, n: int) -> int:
+    """Bytes one rank sends (and receives) in :func:`coded_send` + :func:`owner_reduce_` + all-gather:
+    2 (n - 1) chunk payloads."""
+    return 2 * (n - 1) * codec.payload_bytes(chunk_length(numel, n)) if n > 1 else 0
+
+
+def as_rows(delta: torch.Tensor, n: int) -> torch.Tensor:
+    """The flat ``delta`` as (n, chunk) rows, zero-padded: row j goes to the owner of chunk j."""
+    chunk = chunk_length(delta.numel(), n)
+    rows = torch.zeros(n * chunk, dtype=torch.float32, device=delta.device)
+    rows[:delta.numel()] = delta.reshape(-1)
+    return rows.view(n, chunk)
+
+
+def coded_send(codec: Codec, delta: torch.Tensor, residual: torch.Tensor, n: int, sick: bool = False) -> torch.Tensor:
+    """A worker's reduce-scatter payload (n rows): Q(delta_i + e_i) chunk by chunk with error feedback
+    (``residual``: (n, chunk)); a sick worker sends zeros and keeps its residual."""
+    rows = as_rows(delta, n)
+    if sick:
+        return codec.encode(torch.zeros_like(rows))
+    return compress_(codec, rows, residual)
+
+
+def owner_reduce_(codec: Codec, received: Sequence[torch.Tensor], chunk: int, residual: torch.Tensor) -> torch.Tensor:
+    """The owner of a chunk: m = (1/n) sum_k D(Q_k) in fp32 in rank order, returns Q(m + e_o) with its own
+    error feedback (``residual``: (1, chunk)) for the all-gather."""
+    mean = codec.decode(received[0], chunk)
+    for payload in received[1:]:
+        mean.add_(codec.decode(payload, chunk))
+    return compress_(codec, mean.div_(len(received)), residual)
+
+
+def gathered_mean(codec: Codec, gathered: torch.Tensor, chunk: int, numel: int) -> torch.Tensor:
+    """The mean outer gradient every rank decodes from the all-gathered owner payloads (n rows)."""
+    return codec.decode(gathered, chunk).reshape(-1)[:numel]
+
+
+def simulated_coded_mean(codec: Codec, deltas: Sequence[torch.Tensor], residuals: Sequence[torch.Tensor],
+                         owner_residuals: Sequence[torch.Tensor], sick: Sequence[bool]) -> torch.Tensor:
+    """The oracle of ``Communicator.allreduce_mean_coded`` for all n workers at once: the same payloads,
+    the same owner sums, the same decode (updates every worker's and owner's residual in place)."""
+    n, numel = len(deltas), deltas[0].numel()
+    chunk = chunk_length(numel, n)
+    sent = [coded_send(codec, d, r, n, s) for d, r, s in zip(deltas, residuals, sick)]
+    owners = [owner_reduce_(codec, [sent[k][j:j + 1] for k in range(n)], chunk, owner_residuals[j]) for j in range(n)]
+    return gathered_mean(codec, torch.cat(owners, 0), chunk, numel)
+
+
+def coded_state(theta0: torch.Tensor, n: int, neighbours: Optional[Sequence[int]], ring_scheme: str,
+                full: bool = True) -> dict[str, torch.Tensor]:
+    """What one worker keeps for one component (N elements) on the int8/int4 wire, started at theta_0:
+
+    * ``ref`` (N): the model every rank started the block from (the full graph's shared reference);
+      ``residual`` (n x ceil(N/n)) its error feedback, ``owner`` (ceil(N/n)) that of the chunk it owns
+      (only with ``full``: a ring run without warm-up has no full average);
+    * ring, ``copies``: ``sent.j`` (N) = neighbour j's copy of this worker, ``copy.j`` (N) = its copy of j,
+      for each of the 2p ring neighbours; ring, ``params``: ``ring_residual`` (N).
+    """
+    theta0 = theta0.detach().clone()
+    chunk = chunk_length(theta0.numel(), n)
+    state = {"ref": theta0, "residual": theta0.new_zeros(n, chunk), "owner": theta0.new_zeros(1, chunk)} if full else {}
+    if neighbours is not None and ring_scheme == "copies":
+        for j in neighbours:
+            state[f"sent.{j}"] = theta0.clone()
+            state[f"copy.{j}"] = theta0.clone()
+    elif neighbours is not None:
+        state["ring_residual"] = theta0.new_zeros(1, theta0.numel())
+    return state
