@@ -105,6 +105,9 @@ def test_without_epoch_models_the_epoch_end_checkpoints_are_averaged_over_ranks_
     ckpt.atomic_save({"model": state(99), "world_size": 3}, mid / "rank0.pt", checksum=True)
     ckpt.mark_done(mid, 3, 25, 3, epoch_end=False)
     assert list(avg.available_epochs(exp)) == [2, 3]
+    (exp / "checkpoints" / "epoch2" / "rank2.pt").rename(exp / "rank2.pt")     # another node's file: not here
+    assert list(avg.available_epochs(exp)) == [3]                             # not a global average: left out
+    (exp / "rank2.pt").rename(exp / "checkpoints" / "epoch2" / "rank2.pt")
     out, rec = avg.average_run(exp, 5, "best")
     assert rec["epochs"] == [2, 3] and rec["epochs_with_a_model"] == [2, 3]
     per_epoch = [{k: exact_mean(replicas[e], k) for k in ("w",)} for e in (2, 3)]

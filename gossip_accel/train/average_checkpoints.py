@@ -10,8 +10,9 @@ between syncs. Where it comes from, in this order:
   ``train.save_epoch_models`` is on (the ASR trainer's default): the replicas' average the loop
   already all-reduces to validate it, so it costs no communication and one model file per epoch;
 * else the epoch-end checkpoint ``<exp>/checkpoints/epoch<E>/rank*.pt``, averaged over ranks
-  (:func:`gossip_accel.train.checkpoint.average_model`; only the newest
-  ``train.keep_checkpoints`` are kept, so this serves runs trained before epoch models existed).
+  (:func:`gossip_accel.train.checkpoint.average_model`) when every rank's file is there (a
+  directory not shared between nodes holds only its node's); only the newest
+  ``train.keep_checkpoints`` are kept, so this serves runs trained before epoch models existed.
 
 Floating-point tensors are averaged in float64 and cast back; integer buffers (counters such as
 BatchNorm's ``num_batches_tracked``) are the newest selected epoch's
@@ -48,7 +49,8 @@ def available_epochs(exp: Path) -> dict[int, tuple[str, Callable[[], dict]]]:
     exp = Path(exp)
     out: dict[int, tuple[str, Callable[[], dict]]] = {}
     for entry in ckpt.list_complete(exp / "checkpoints"):
-        if entry.epoch_end:
+        ranks = len(list(entry.path.glob("rank*.pt")))
+        if entry.epoch_end and ranks and ranks == (entry.world_size or ranks):  # every rank's replica is here
             out[entry.epoch] = (f"{entry.path}/rank*.pt (mean over ranks)",
                                 lambda e=entry: ckpt.average_model(exp / "checkpoints", e))
     for f in (exp / EPOCH_MODELS).glob("epoch*.pt"):
