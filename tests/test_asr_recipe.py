@@ -36,29 +36,40 @@ def python(*args: str) -> list[str]:
     return [str(Path(os.sys.executable)), *args]
 
 
+def chirp_dir(root: Path, name: str, n: int, rng) -> Path:
+    """A raw Kaldi data dir root/data/<name> (wav.scp, text, utt2spk, spk2utt) of chirps "saying" words."""
+    d = root / "data" / name
+    d.mkdir(parents=True)
+    (root / "wav").mkdir(exist_ok=True)
+    wav, text, u2s = [], [], []
+    for i in range(n):
+        utt = f"spk{i % 3}-{name}-{i:03d}"
+        words = [WORDS[j] for j in rng.integers(0, len(WORDS), size=3)]
+        t = np.arange(int(16000 * 0.9)) / 16000
+        freqs = [200 + 60 * WORDS.index(w) for w in words]
+        sig = np.concatenate([np.sin(2 * np.pi * f * t[: len(t) // 3]) for f in freqs]) * 0.3
+        path = root / "wav" / f"{utt}.wav"
+        sf.write(path, (sig + 0.01 * rng.standard_normal(len(sig))).astype(np.float32), 16000)
+        wav.append(f"{utt} {path}\n")
+        text.append(f"{utt} {' '.join(words)}\n")
+        u2s.append(f"{utt} {utt.split('-')[0]}\n")
+    for f, lines in (("wav.scp", wav), ("text", text), ("utt2spk", u2s)):
+        (d / f).write_text("".join(sorted(lines)))
+    spk2utt: dict[str, list[str]] = {}
+    for line in sorted(u2s):
+        utt, spk = line.split()
+        spk2utt.setdefault(spk, []).append(utt)
+    (d / "spk2utt").write_text("".join(f"{s} {' '.join(u)}\n" for s, u in sorted(spk2utt.items())))
+    return d
+
+
 @pytest.fixture(scope="module")
 def asr_dir(tmp_path_factory) -> Path:
     """Two Kaldi data dirs of chirps "saying" word sequences, with features, CMVN and char units."""
     root = tmp_path_factory.mktemp("asr")
     rng = np.random.default_rng(0)
     for name, n in (("train", 24), ("dev", 8)):
-        d = root / "data" / name
-        (root / "wav").mkdir(exist_ok=True)
-        d.mkdir(parents=True)
-        wav, text, u2s = [], [], []
-        for i in range(n):
-            utt = f"spk{i % 3}-{name}-{i:03d}"
-            words = [WORDS[j] for j in rng.integers(0, len(WORDS), size=3)]
-            t = np.arange(int(16000 * 0.9)) / 16000
-            freqs = [200 + 60 * WORDS.index(w) for w in words]
-            sig = np.concatenate([np.sin(2 * np.pi * f * t[: len(t) // 3]) for f in freqs]) * 0.3
-            path = root / "wav" / f"{utt}.wav"
-            sf.write(path, (sig + 0.01 * rng.standard_normal(len(sig))).astype(np.float32), 16000)
-            wav.append(f"{utt} {path}\n")
-            text.append(f"{utt} {' '.join(words)}\n")
-            u2s.append(f"{utt} {utt.split('-')[0]}\n")
-        for f, lines in (("wav.scp", wav), ("text", text), ("utt2spk", u2s)):
-            (d / f).write_text("".join(sorted(lines)))
+        d = chirp_dir(root, name, n, rng)
         run(python("-m", "gossip_accel.bin.compute_fbank", "--data", str(d), "--out", str(root / "fbank" / name),
                    "--nj", "2", "--num-mel-bins", "40", "--no-progress"), root)
     run(python("-m", "gossip_accel.bin.compute_cmvn", "--data", str(root / "data" / "train")), root)
@@ -154,3 +165,99 @@ def test_ranks_with_uneven_batches_agree_on_steps(tmp_path):
             p.kill()
         pytest.fail("workers with uneven batch counts did not finish")
     assert [(tmp_path / f"rank{r}").read_text() for r in range(3)] == ["3 9"] * 3
+
+
+# ---------------------------------------------------------------- the stages (utils/run_asr.sh)
+CORPUS_DATA_SH = """#!/usr/bin/env bash
+# the test corpus's data preparation: copies the raw data dirs of --corpus (train, dev, test, extra)
+set -euo pipefail
+nj=2
+train_set=train
+dev_set=dev
+test_sets=test
+test_only=false   # true: the test sets alone
+corpus=""         # the raw data dirs
+help_message="Usage: local/data.sh [options]"
+. utils/parse_options.sh
+sets="$train_set $dev_set $test_sets"
+[ "$test_only" = true ] && sets=$test_sets
+for s in $sets; do
+  [ -f "data/$s/text" ] && continue
+  mkdir -p "data/$s" && cp "$corpus/$s/"* "data/$s/" && echo "local/data.sh: prepared data/$s" >&2
+done
+"""
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> Path:
+    """A recipe dir on utils/run_asr.sh whose local/data.sh copies chirp data dirs (train, dev, test, extra)."""
+    root = tmp_path_factory.mktemp("recipe")
+    rng = np.random.default_rng(1)
+    for name, n in (("train", 24), ("dev", 8), ("test", 6), ("extra", 5)):
+        chirp_dir(root / "corpus", name, n, rng)
+    rec = root / "asr1"
+    (rec / "local").mkdir(parents=True)
+    (rec / "utils").symlink_to(ROOT / "utils")
+    (rec / "local" / "data.sh").write_text(CORPUS_DATA_SH)
+    (rec / "run.sh").write_text(
+        "#!/usr/bin/env bash\nset -euo pipefail\ncd \"$(dirname \"$0\")\"\n"
+        f"exec utils/run_asr.sh --corpus {root / 'corpus' / 'data'} --unit-type char --num-mel-bins 40 --conf {CONF} "
+        "--use-lm false --decode-methods greedy --num-workers 2 --algorithms bmuf \"$@\"\n")
+    for f in ("run.sh", "local/data.sh"):
+        (rec / f).chmod(0o755)
+    return rec
+
+
+def stages(rec: Path, *args: str) -> subprocess.CompletedProcess:
+    return run(["bash", str(rec / "run.sh"), "--port", str(free_port()), *args], rec)
+
+
+def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(recipe):
+    exp = recipe / "exp" / "dnn_bmuf-n2"
+    first = stages(recipe, "--avg", "2", "--avg-mode", "best", "--", *TINY, "train.max_epochs=3",
+                   "train.max_steps_per_epoch=3", "train.keep_checkpoints=1")
+    res = json.loads((exp / "results.json").read_text())
+    # every epoch's globally averaged model is kept (the checkpoints are pruned to 1); the last is the final model
+    assert sorted(p.name for p in (exp / "epoch_models").iterdir()) == ["epoch1.pt", "epoch2.pt", "epoch3.pt"]
+    assert len(list((exp / "checkpoints").iterdir())) == 1
+    final = torch.load(exp / "final.pt", weights_only=True)
+    for k, v in torch.load(exp / "epoch_models" / "epoch3.pt", weights_only=True).items():
+        torch.testing.assert_close(v, final[k], rtol=0, atol=1e-6)
+    # stage 6: the mean of the 2 epochs of lowest CV loss (results.json) is what was decoded
+    best = sorted(sorted(res["history"], key=lambda h: (h["cv_loss"], -h["epoch"]))[:2], key=lambda h: h["epoch"])
+    rec = json.loads((exp / "avg_best2.json").read_text())
+    assert rec["epochs"] == [h["epoch"] for h in best]
+    models = [torch.load(exp / "epoch_models" / f"epoch{e}.pt", weights_only=True) for e in rec["epochs"]]
+    averaged = torch.load(exp / "avg_best2.pt", weights_only=True)
+    for k, v in averaged.items():
+        if v.is_floating_point():
+            assert torch.equal(v, (models[0][k].double() + models[1][k].double()).div(2).to(v.dtype)), k
+    summary = json.loads((exp / "decode_test_greedy_avg_best2" / "summary.json").read_text())
+    assert summary["checkpoint"] == "avg_best2" and summary["model_file"].endswith("avg_best2.pt")
+    # stage 7: the table at a glance first (one row per run), then every decode, naming the model
+    table = (recipe / "exp" / "RESULTS.md").read_text().splitlines()
+    assert table[0].startswith("| run | %WER test | %CER test | MB sent/step/worker |")
+    assert any(line.startswith("| dnn_bmuf-n2 |") for line in table[:3])
+    assert "At a glance: greedy decoding of each run's model avg_best2" in "\n".join(table)
+    epochs = " ".join(map(str, rec["epochs"]))
+    assert any(f"| test | greedy | avg_best2: epochs {epochs} |" in line for line in table)
+    assert "\n".join(table) in first.stdout
+    cmvn = recipe / "data" / "train" / "cmvn.ark"
+    cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns
+
+    # a new test set alone, decoded with the model dir (a glob), here its final model (--avg 0): no
+    # training set is prepared, the training set's CMVN is left as it is
+    again = stages(recipe, "--test-only", "true", "--test-sets", "extra", "--model-dir", str(recipe / "exp" / "dnn_*"),
+                   "--avg", "0")
+    assert "prepared data/extra" in again.stderr and "prepared data/train" not in again.stderr
+    assert "Stage 4: skipped" in again.stderr and "training set's data/train/cmvn.ark is left as it is" in again.stderr
+    assert (recipe / "data" / "extra" / "feats.scp").is_file()
+    assert cmvn.read_bytes() == cmvn_bytes and cmvn.stat().st_mtime_ns == cmvn_mtime
+    extra = json.loads((exp / "decode_extra_greedy" / "summary.json").read_text())
+    assert extra["checkpoint"] == "final" and extra["model_file"].endswith("final.pt") and extra["ref_words"] == 15
+    table = (recipe / "exp" / "RESULTS.md").read_text()
+    assert table.startswith("| run | %WER extra | %CER extra |") and "| extra | greedy | final |" in table
+    assert "| test | greedy | avg_best2" in table                    # the earlier decode is still reported
+    # stage 2 again (not --test-only): the features are there, the CMVN up to date, not recomputed
+    last = stages(recipe, "--stage", "2", "--stop-stage", "2")
+    assert "cmvn.ark is up to date" in last.stderr and cmvn.stat().st_mtime_ns == cmvn_mtime

@@ -125,6 +125,35 @@ def test_data_prep_wrong_id_and_unreadable_audio(tmp_path, capsys):
     assert list(kd.read_text(tmp_path / "o" / "text")) == ["7-8-0000"]
 
 
+def test_data_sh_test_only_prepares_a_test_set_alone(tmp_path):
+    """local/data.sh --test-only true: a folder in LibriSpeech's layout (any name) -> data/<name>,
+    with no training or dev subset under the root; without it, the missing training subset is named."""
+    import os
+    import subprocess
+
+    root = tmp_path / "more"
+    c = root / "my-set" / "7" / "8"
+    for i in range(2):
+        flac(c / f"7-8-{i:04d}.flac")
+    (c / "7-8.trans.txt").write_text("7-8-0000 HELLO THERE\n7-8-0001 GOOD BYE\n", encoding="utf-8")
+    rec = tmp_path / "asr1"
+    rec.mkdir()
+    for name in ("local", "utils"):
+        (rec / name).symlink_to(LOCAL.parent / name)
+
+    def data_sh(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "local/data.sh", "--librispeech-root", str(root), "--test-sets", "my_set", *args],
+                              cwd=rec, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+    ok = data_sh("--test-only", "true")
+    assert ok.returncode == 0, ok.stderr
+    assert kd.read_text(rec / "data" / "my_set" / "text") == {"7-8-0000": "HELLO THERE", "7-8-0001": "GOOD BYE"}
+    assert kd.validate_data_dir(rec / "data" / "my_set") == []
+    assert sorted(p.name for p in (rec / "data").iterdir()) == ["my_set"]
+    full = data_sh()
+    assert full.returncode == 1 and f"{root}/train-clean-100 not found" in full.stderr
+
+
 # ---------------------------------------------------------------- make_mini_librispeech.py: text
 
 def test_detokenize_and_split():

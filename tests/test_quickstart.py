@@ -88,7 +88,13 @@ def test_run_sh_all_asr_stages(tmp_path):
         for test_set in ("test_clean", "test_other"):
             for method in ("greedy", "beam (beam 8) + LM"):
                 assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
-    assert len([line for line in table.splitlines() if line.startswith("| dnn_")]) == 8
+    # at a glance: one row per run (its %WER and %CER of each test set, MB/step, vs DDP), first
+    head = table.splitlines()[0]
+    assert head.startswith("| run | %WER test_clean | %WER test_other | %CER test_clean |") and "vs dnn_ddp-n3" in head
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:4]] == ["| dnn_ddp-n3", "| dnn_gossip_bmuf-n3"]
+    # then every decode, of the average of the best epochs (one epoch here) the decode stage made by default
+    assert len([line for line in table.splitlines()
+                if line.startswith("| dnn_") and "| avg_best5: epochs 1 |" in line]) == 8
     assert table in proc.stdout  # the quick start prints the WER table
     assert (exp / "RESULTS.png").stat().st_size > 0  # and plots the CV loss of each run
     # stages are idempotent: a rerun skips the finished work

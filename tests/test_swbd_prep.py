@@ -269,6 +269,27 @@ def test_swbd1_and_eval2000_data_prep(mini_corpus, tmp_path):
     assert len(res.frames) == 24 and not res.skipped
 
 
+def test_data_sh_test_only_prepares_eval2000_alone(mini_corpus, tmp_path):
+    """local/data.sh --test-only true: eval2000 and its halves from LDC2002S09/T43, no Switchboard-1."""
+    out, _ = mini_corpus
+    rec = tmp_path / "asr1"
+    rec.mkdir()
+    for name in ("local", "utils"):
+        (rec / name).symlink_to(LOCAL.parent / name)
+
+    def data_sh(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "local/data.sh", "--test-only", "true", *args], cwd=rec, capture_output=True,
+                              text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+    ok = data_sh("--eval2000-speech", str(out / "LDC2002S09" / "hub5e_00"), "--eval2000-transcripts", str(out / "LDC2002T43"))
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(p.name for p in (rec / "data").iterdir()) == ["eval2000", "eval2000_callhome", "eval2000_swbd"]
+    for name in ("eval2000_swbd", "eval2000_callhome"):
+        assert kd.validate_data_dir(rec / "data" / name) == [], name
+    half = data_sh("--eval2000-speech", str(out / "LDC2002S09" / "hub5e_00"))
+    assert half.returncode == 1 and "needs --eval2000-transcripts" in half.stderr
+
+
 def test_score_hook(tmp_path):
     """local/score.sh rescores a decode dir with the filter and keeps the unfiltered scores."""
     import json

@@ -6,8 +6,19 @@
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
 #   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
 #     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts
-#   6 decode every test set (--decode-methods: greedy, beam, beam_lm)
-#   7 <exp>/RESULTS.md: a WER/CER row per finished run of the model (any algorithm, any tag), set, method
+#   6 decode every test set (--decode-methods: greedy, beam, beam_lm) with the average of each run's
+#     --avg N epoch models (--avg-mode best: the N lowest CV losses; last: the last N; each epoch's
+#     model is the replicas' global average) -> <run>/decode_<set>_<method>_avg_<mode><N>;
+#     --avg 0: the final model -> <run>/decode_<set>_<method>
+#   7 <exp>/RESULTS.md: the table at a glance (a row per run: %WER, %CER of each test set, MB sent
+#     per step, vs the baseline), then a WER/CER row per finished run of the model (any algorithm,
+#     any tag), set, method and checkpoint
+#
+# Decode what exists: --model-dir "exp/dnn_ddp-n4 exp/dnn_gossip_*" (run dirs, globs allowed)
+# makes stages 6-7 decode and report those runs instead of --algorithms'; --test-only true makes
+# stages 0-2 prepare only the test sets (local/data.sh --test-only true; their features, with the
+# training set's CMVN left as it is) and skips stages 3-5 (units, training, LM: they exist):
+#   ./run.sh --test-only true --test-sets "test_clean my_set" --model-dir "exp/dnn_*"
 #
 #   ./run.sh --stage 4 --algorithms "single ma bmuf gossip_bmuf" --num-workers 4 [-- trainer overrides]
 #   ./run.sh --stage 4 --algorithms gossip_bmuf --tag eta075 -- sync.block_momentum=0.75   # beside the untagged run
@@ -41,6 +52,10 @@ beam=8
 lm_weight=0.5
 insertion_bonus=1.0
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
+avg=5                    # stage 6 decodes the average of N epoch models of each run; 0: its final model
+avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
+model_dir=""             # stages 6-7: these run dirs (space-separated, globs allowed) instead of --algorithms' runs
+test_only=false          # true: stages 0-2 prepare the test sets alone, stages 3-5 are skipped (decode what exists)
 declare train_stage=4   # (not options: what utils/stages.sh needs to know)
 declare epochs_key=train.max_epochs
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
@@ -51,11 +66,36 @@ run_prefix=$(basename "$conf" .yaml); run_prefix=${run_prefix#train_}_
 run_periods=""
 runs=()
 for algo in $algorithms; do runs+=("$(run_dir "$algo")"); done
-
-data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets"
+if [ -n "$model_dir" ]; then
+  runs=()
+  for d in $model_dir; do   # word splitting and globbing wanted: run dirs and patterns
+    [ -f "$d/config.yaml" ] || die "--model-dir: $d is not a training run dir (no $d/config.yaml)"
+    runs+=("${d%/}")
+  done
+fi
+case $avg in ''|*[!0-9]*) die "--avg $avg: a number of epoch models (0: the final model)" ;; esac
+case $avg_mode in best|last) ;; *) die "--avg-mode $avg_mode: use best or last" ;; esac
+checkpoint=final; decode_suffix=""
+[ "$avg" = 0 ] || { checkpoint=avg_${avg_mode}${avg}; decode_suffix=_$checkpoint; }
+case $test_only in true|false) ;; *) die "--test-only $test_only: use true or false" ;; esac
+prep_sets="$train_set $dev_set $test_sets"
+skip_built() {  # skip_built STAGE: true (and says so) when --test-only skips that stage
+  [ "$test_only" = true ] || return 1
+  log "Stage $1: skipped (--test-only true: the units, models and LM exist)"
+}
+if [ "$test_only" = true ]; then
+  prep_sets=$test_sets
+  if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
+    grep -q -- '--test-only <' <<< "$(local/data.sh --help 2>&1)" \
+      || die "--test-only: this recipe's local/data.sh has no --test-only option (make data/<test set> yourself, then --stage 1)"
+  fi
+  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets" --test-only true
+else
+  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets"
+fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
-  for d in $train_set $dev_set $test_sets; do
+  for d in $prep_sets; do
     [ -d "data/$d" ] || die "data/$d not found: local/data.sh must create it"
     log "Stage 1: validating data/$d"
     "$utils_dir/validate_data_dir.sh" "data/$d" || { log "  data/$d has problems (listed above): fixing"; "$utils_dir/fix_data_dir.sh" "data/$d"; }
@@ -63,17 +103,26 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
-  for x in $train_set $dev_set $test_sets; do
+  for x in $prep_sets; do
     if [ -f "data/$x/.fbank.done" ]; then log "Stage 2: data/$x has features"; continue; fi
     log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
     python -m gossip_accel.bin.compute_fbank --data "data/$x" --out "fbank/$x" --nj "$nj" --num-mel-bins "$num_mel_bins" \
       --sample-rate "$sample_rate" $([ "$allow_pipes" = true ] && echo --allow-pipes)
     touch "data/$x/.fbank.done"
   done
-  python -m gossip_accel.bin.compute_cmvn --data "data/$train_set"
+  # the training set's CMVN (every set's features are normalized with it): computed once, again
+  # only when its features were recomputed; never for a test set prepared alone
+  cmvn=data/$train_set/cmvn.ark
+  if [ "$test_only" = true ]; then
+    log "Stage 2: --test-only true: the training set's $cmvn is left as it is"
+  elif [ -f "$cmvn" ] && [ ! "data/$train_set/feats.scp" -nt "$cmvn" ]; then
+    log "Stage 2: $cmvn is up to date"
+  else
+    python -m gossip_accel.bin.compute_cmvn --data "data/$train_set"
+  fi
 fi
 
-if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
+if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ] && ! skip_built 3; then
   if [ -f "$lang/.done" ]; then
     log "Stage 3: $lang exists"
   else
@@ -83,13 +132,13 @@ if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ]; then
   fi
 fi
 
-if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ]; then
+if [ "$stage" -le 4 ] && [ "$stop_stage" -ge 4 ] && ! skip_built 4; then
   train_runs gossip_accel.bin.train_asr --config "$conf" data.train="data/$train_set" data.valid="data/$dev_set" data.lang="$lang"
 fi
 
 lm_dir=$exp/lm_$(basename "$lang")
 lm_data=data/lm_$(basename "$lang")
-if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ]; then
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && ! skip_built 5; then
   if [ -f "$lm_dir/.done" ]; then
     log "Stage 5: $lm_dir already trained"
   else
@@ -112,22 +161,37 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ]; then
   fi
 fi
 
+average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments (the average made when due)
+  model_args=(--model "$1/final.pt")
+  [ "$avg" != 0 ] || return 0
+  local model=$1/$checkpoint.pt
+  if [ ! -f "$model" ] || [ "$1/results.json" -nt "$model" ]; then
+    log "Stage 6: $model: the average of $(basename "$1")'s $avg_mode $avg epoch models"
+    python -m gossip_accel.bin.average_checkpoints --exp-dir "$1" --avg "$avg" --avg-mode "$avg_mode" \
+      || die "Stage 6: averaging the epoch models of $1 failed (above); --avg 0 decodes its final model"
+  fi
+  model_args=(--model "$model")
+}
+
 if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
   for dir in "${runs[@]}"; do
+    model_args=()
     for x in $test_sets; do
       for m in $decode_methods; do
-        out=$dir/decode_${x}_$m
+        out=$dir/decode_${x}_$m$decode_suffix
         if [ -f "$out/.done" ]; then log "Stage 6: $out done"; continue; fi
+        [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
         case $m in
           greedy) args=(--method greedy) ;;
           beam) args=(--method beam --beam "$beam") ;;
           beam_lm)
             [ "$use_lm" = true ] || { log "Stage 6: skipping beam_lm (--use-lm false)"; continue; }
+            [ -f "$lm_dir/final.pt" ] || die "Stage 6: beam_lm needs the LM $lm_dir/final.pt (stage 5), or --decode-methods greedy"
             args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
           *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm)" ;;
         esac
-        log "Stage 6: decoding data/$x with $(basename "$dir") ($m)"
-        python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}"
+        log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"
+        python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}" "${model_args[@]}"
         [ -z "$score_hook" ] || $score_hook "data/$x" "$out"
         touch "$out/.done"
       done
@@ -136,8 +200,9 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
 fi
 
 if [ "$stage" -le 7 ] && [ "$stop_stage" -ge 7 ]; then
-  mapfile -t done_runs < <(finished_runs)
+  if [ -n "$model_dir" ]; then done_runs=("${runs[@]}"); else mapfile -t done_runs < <(finished_runs); fi
   [ ${#done_runs[@]} -gt 0 ] || die "Stage 7: no finished run of $run_prefix* in $exp (stage 4 first)"
   log "Stage 7: the ${#done_runs[@]} finished ${run_prefix%_} runs of $exp -> $exp/RESULTS.md (baseline: $baseline)"
-  python -m gossip_accel.bin.asr_report --out "$exp/RESULTS.md" --baseline "$baseline" "${done_runs[@]}"
+  python -m gossip_accel.bin.asr_report --out "$exp/RESULTS.md" --baseline "$baseline" --checkpoint "$checkpoint" \
+    "${done_runs[@]}"
 fi

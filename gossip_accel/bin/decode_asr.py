@@ -2,13 +2,16 @@
 
     python -m gossip_accel.bin.decode_asr --exp-dir exp/dnn_gossip_bmuf-n4 --data data/test_clean \\
         --out exp/dnn_gossip_bmuf-n4/decode_test_clean_greedy [--method beam --beam 8] \\
-        [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0]
+        [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0] \\
+        [--model exp/dnn_gossip_bmuf-n4/avg_best5.pt]   # default: <exp-dir>/final.pt
 
 Greedy (best path) decoding is batched; beam search is CTC prefix beam search
 (gossip_accel.asr.ctc_decode), optionally with shallow fusion of a unit-level LSTMP LM
 trained by gossip_accel.bin.train_lm on the training transcripts written as units (the
 ASR recipe's LM stage). Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
 ``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
+``summary.json`` names the model decoded (``checkpoint``: its file's stem, ``final`` or an
+average of gossip_accel.bin.average_checkpoints such as ``avg_best5``).
 """
 from __future__ import annotations
 
@@ -89,7 +92,9 @@ def load_weights(model: torch.nn.Module, path: Path, conf_path: Path) -> None:
 
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--exp-dir", required=True)
+    ap.add_argument("--exp-dir", required=True, help="the training run (its config.yaml; final.pt by default)")
+    ap.add_argument("--model", help="the model state to decode (default <exp-dir>/final.pt), e.g. an average "
+                                    "written by gossip_accel.bin.average_checkpoints")
     ap.add_argument("--data", required=True, help="Kaldi data dir with feats.scp, utt2num_frames, text")
     ap.add_argument("--out", required=True)
     ap.add_argument("--method", choices=["greedy", "beam"], default="greedy")
@@ -101,16 +106,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = ap.parse_args(argv)
 
     exp, data, out = Path(args.exp_dir), Path(args.data), Path(args.out)
-    for f in ("config.yaml", "final.pt"):
-        if not (exp / f).is_file():
-            raise SystemExit(f"decode_asr: {exp / f} not found; run the training stage first")
+    weights = Path(args.model) if args.model else exp / "final.pt"
+    for f in (exp / "config.yaml", weights):
+        if not f.is_file():
+            raise SystemExit(f"decode_asr: {f} not found; run the training stage first"
+                             + (" (and gossip_accel.bin.average_checkpoints)" if f == weights and args.model else ""))
     try:   # expected bad input: one line, no traceback (ConfigError and DataDirError are ValueErrors)
         conf = load_conf([str(exp / "config.yaml")], [])
         tok = Tokenizer(conf.data.lang)
         utts, dropped = load_utterances(data, tok.encode)
         cmvn = load_cmvn(conf)
         model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
-        load_weights(model, exp / "final.pt", exp / "config.yaml")
+        load_weights(model, weights, exp / "config.yaml")
         model.eval()
         lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
     except (FileNotFoundError, ValueError) as e:
@@ -135,7 +142,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 hyps[utt] = tok.decode(seq)
     refs = read_table(data / "text")
     stats = write_scoring_dir(out, refs, hyps)
-    summary = {"data": str(data), "method": args.method, "beam": args.beam if args.method == "beam" else None,
+    summary = {"data": str(data), "checkpoint": weights.stem, "model_file": str(weights), "method": args.method, "beam": args.beam if args.method == "beam" else None,
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None, **stats.as_dict(),
                "left_out_before_decoding": dropped}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -72,6 +72,7 @@ class ASRTrainConf(RunConf):
     start_halving_impr: float = 0.01
     end_halving_impr: float = 0.001
     halving_factor: float = 0.5
+    save_epoch_models: bool = True  # for checkpoint averaging (the ASR recipes' stage 6: --avg, --avg-mode)
 
 
 @dataclass

@@ -290,6 +290,27 @@ def check_fits(path: Path, model: torch.nn.Module, saved: dict) -> None:
             f"(see config.yaml next to checkpoints/); use a new --exp-dir, or train.resume=false to start over")
 
 
+def mean_state(states: list[dict], integers_from: int = 0, names: Optional[list[str]] = None) -> dict:
+    """(1/n) sum_k state_k of model states with the same keys and shapes: floating-point tensors
+    summed in float64 and cast back to their dtype; integer and bool tensors (counters such as
+    BatchNorm's ``num_batches_tracked``, not weights) are taken from ``states[integers_from]``.
+    ``names`` (one per state, e.g. its file) go into the error on a state of another model."""
+    if not states:
+        raise ValueError("no model states to average")
+    names = names or [f"state {i}" for i in range(len(states))]
+    ref = states[0]
+    for state, name in zip(states[1:], names[1:]):
+        if state.keys() != ref.keys():
+            diff = sorted(state.keys() ^ ref.keys())
+            raise CheckpointError(f"{name} holds another model than {names[0]} (keys differ: {diff[:4]})")
+        shapes = [k for k in ref if tuple(state[k].shape) != tuple(ref[k].shape)]
+        if shapes:
+            raise CheckpointError(f"{name} holds another model than {names[0]} (shape of {shapes[0]}: "
+                                  f"{tuple(state[shapes[0]].shape)} vs {tuple(ref[shapes[0]].shape)})")
+    return {k: (sum(s[k].double() for s in states) / len(states)).to(ref[k].dtype)
+            if ref[k].is_floating_point() else states[integers_from][k].clone() for k in ref}
+
+
 def average_model(root: Path, entry: Entry) -> dict:
     """The mean over ranks of the model states of checkpoint ``entry`` (the model every worker of
     a new run, of any size, can start from; e.g. ``torch.save(average_model(...), 'init.pt')``)."""
@@ -300,4 +321,6 @@ def average_model(root: Path, entry: Entry) -> dict:
         if state is None:
             raise CheckpointError(f"{p}: {problem}")
         states.append(state["model"])
-    return mean_tree(states)
+    if not states:
+        raise CheckpointError(f"{entry.path}: no rank*.pt files")
+    return mean_state(states, names=[str(p) for p in ranks])

@@ -40,6 +40,8 @@ class RunConf:
     elastic: bool = True  # resume a checkpoint of another number of workers (replicas averaged); false: refuse it
     keep_checkpoints: int = 3  # the newest K complete checkpoints stay, older ones are removed
     checkpoint_every_steps: int = 0  # also inside epochs, every N steps (0: epoch ends only)
+    save_epoch_models: bool = False  # rank 0 saves the replicas' average of every epoch to <exp-dir>/epoch_models
+                                     # (for checkpoint averaging: gossip_accel.bin.average_checkpoints)
     collective_timeout: float = 1800.0  # seconds a collective waits for a peer before CollectiveTimeout
     warmup_epochs: Optional[float] = None  # sync.warmup_steps given in epochs (see warmup_in_steps)
     optimizer: str = "adam"  # adam | adamw | sgd | adagrad | ngsgd (Kaldi NG-SGD)
@@ -55,7 +57,7 @@ def run_options(train: Any) -> dict:
     """DistributedRun's keyword arguments from a ``train`` section (a :class:`RunConf`)."""
     return {"cpu": train.cpu, "checkpoint": train.checkpoint, "keep_checkpoints": train.keep_checkpoints,
             "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout,
-            "elastic": train.elastic}
+            "elastic": train.elastic, "save_epoch_models": train.save_epoch_models}
 
 
 def warmup_in_steps(sync_cfg: SyncConfig, warmup_epochs: Optional[float], steps_per_epoch: int) -> SyncConfig:

@@ -11,7 +11,9 @@ learning rate and the sync metrics every ``train.log_every`` steps; tqdm shows p
 task validates its replica (the mean over workers is recorded as ``<valid_key>_replicas``)
 and the average of the replicas (``<valid_key>``: the model the run returns if it stopped
 here, see :meth:`DistributedRun.averaged_model`; with DDP or one worker the replicas are equal
-and it is the same number), writes one log line and the epoch-end checkpoint. At the end:
+and it is the same number), saves that average with ``train.save_epoch_models`` (for checkpoint
+averaging, gossip_accel.train.average_checkpoints), writes one log line and the epoch-end
+checkpoint. At the end:
 the final average (Algorithm 1, line 20), its validation (``final_<valid_key>``),
 ``final.pt`` and ``results.json``.
 """
@@ -271,6 +273,7 @@ def validate_epoch(task: Task, run: DistributedRun, epoch: int, steps: int, writ
     train_loss, replicas = mean_over_workers([task.train_measure(), task.validate(run.core)])
     averaged = run.averaged_model()
     average = validate_equal_model(task, averaged) if averaged is not None else replicas
+    run.save_epoch_model(epoch, averaged if averaged is not None else run.core)  # (train.save_epoch_models)
     k = task.valid_key
     row = {"epoch": epoch, "step": run.step, "steps": steps, "lr": run.optimizer.param_groups[0]["lr"],
            "train_loss": train_loss, k: average, f"{k}_replicas": replicas}

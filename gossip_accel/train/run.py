@@ -46,7 +46,7 @@ class DistributedRun:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_cfg: SyncConfig,
                  exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
                  keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0,
-                 accelerator: Any = None, elastic: bool = True):
+                 accelerator: Any = None, elastic: bool = True, save_epoch_models: bool = False):
         from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
 
         if keep_checkpoints < 1:
@@ -62,6 +62,7 @@ class DistributedRun:
         self.ckpt_root = self.exp / "checkpoints"
         self.checkpoint = checkpoint
         self.keep_checkpoints, self.every_steps = keep_checkpoints, checkpoint_every_steps
+        self.save_epoch_models = save_epoch_models
         self.resumed_at: Optional[tuple[int, int]] = None  # (epoch, next batch) of a mid-epoch checkpoint
         self.elastic = elastic  # resume a checkpoint of another world size (train/elastic.py)
         self.resumed_segments: list[elastic_resume.Segment] = []  # earlier segments of the resumed epoch
@@ -134,6 +135,15 @@ class DistributedRun:
         """The checkpoint after ``epoch`` (``extra``: the trainer's own state, e.g. history)."""
         if self.checkpoint:
             self._write(epoch, extra, epoch_end=True)
+
+    def save_epoch_model(self, epoch: int, model: torch.nn.Module) -> None:
+        """Rank 0, with ``save_epoch_models``: ``model`` (the replicas' average after ``epoch``, the
+        same on every rank) to ``<exp>/epoch_models/epoch<E>.pt``, never pruned: the models that
+        gossip_accel.train.average_checkpoints averages over epochs."""
+        if self.save_epoch_models and self.is_main:
+            from .average_checkpoints import epoch_model_path
+
+            ckpt.atomic_save(model.state_dict(), epoch_model_path(self.exp, epoch))
 
     def save_step(self, epoch: int, next_batch: int, steps: int, extra: Callable[[], dict]) -> None:
         """Call after every step: a mid-epoch checkpoint every ``checkpoint_every_steps`` steps

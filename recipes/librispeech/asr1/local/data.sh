@@ -4,7 +4,9 @@
 # a real LibriSpeech (--librispeech-root: its subset folders) or, without it, the MINI corpus
 # synthesized offline with Debian's flite voices, and its LM text (librispeech-lm-norm.txt's
 # counterpart: the rest of the Wikipedia text, dev/test held out). A data dir is named after its
-# subset with _ for -: --train-set train_clean_100 reads <root>/train-clean-100.
+# subset with _ for -: --train-set train_clean_100 reads <root>/train-clean-100. --test-only true
+# prepares the test sets alone (decoding models that exist on new data): any folder in
+# LibriSpeech's layout, e.g. --librispeech-root /data/more --test-sets my_set reads /data/more/my-set.
 set -euo pipefail
 nj=2
 train_set=train_clean_100
@@ -13,6 +15,7 @@ test_sets="test_clean test_other"
 librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mini corpus
 mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
 mini_eval_utts=120
+test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -26,7 +29,9 @@ if [ -z "$root" ]; then
   python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" --jobs "$nj"
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
 fi
-for s in $train_set $dev_set $test_sets; do
+sets="$train_set $dev_set $test_sets"
+[ "$test_only" = true ] && sets=$test_sets   # (a folder of any name: data/<name with _> reads <root>/<name with ->)
+for s in $sets; do
   src=$root/${s//_/-}
   [ -d "$src" ] || die "$src not found: --librispeech-root must hold the subset folders (${train_set//_/-}, ${dev_set//_/-}, ...)"
   log "  $src -> data/$s"

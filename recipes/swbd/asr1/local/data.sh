@@ -6,6 +6,8 @@
 # one transcript), and data/eval2000 with its halves eval2000_swbd and eval2000_callhome (the test
 # sets), each with segments and reco2file_and_channel. Without --swbd-root: the MINI Switchboard
 # (8 kHz shortened two-channel SPHERE in the LDC layouts) synthesized offline with flite voices.
+# --test-only true: data/eval2000{,_swbd,_callhome} alone (decoding models that exist), from
+# --eval2000-speech and --eval2000-transcripts (no --swbd-root needed), or the mini corpus's.
 set -euo pipefail
 nj=2
 train_set=train_nodup
@@ -22,11 +24,14 @@ mini_train_convs=30     # size of the mini corpus: conversations (2 sides each) 
 mini_segs_per_side=15   # ... segments per side (30 x 2 x 15 = 900 training segments, ~0.75 h of speech)
 mini_eval_convs=2       # eval2000 conversations of each half (SWB, CallHome) ...
 mini_eval_segs_per_side=12   # ... and their segments per side
+test_only=false         # true: only eval2000 and its halves (no Switchboard-1 needed)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
 
-if [ -z "$swbd_root" ]; then
+if [ "$test_only" = true ] && [ -n "$eval2000_speech" ]; then
+  [ -n "$eval2000_transcripts" ] || die "--test-only true --eval2000-speech needs --eval2000-transcripts (LDC2002T43)"
+elif [ -z "$swbd_root" ]; then
   root=data/mini_swbd
   swbd_root=$root/LDC97S62
   eval2000_speech=$root/LDC2002S09/hub5e_00
@@ -40,6 +45,12 @@ else
   [ -n "$eval2000_speech" ] && [ -n "$eval2000_transcripts" ] \
     || die "--swbd-root needs --eval2000-speech (LDC2002S09) and --eval2000-transcripts (LDC2002T43)"
   [ -n "$dev_utts" ] || dev_utts=4000
+fi
+if [ "$test_only" = true ]; then
+  log "--test-only true: eval2000 alone -> data/eval2000{,_swbd,_callhome}"
+  python local/eval2000_data_prep.py --speech "$eval2000_speech" --transcripts "$eval2000_transcripts" \
+    --out data/eval2000 --wav-style "$wav_style"
+  exit 0
 fi
 log "$swbd_root -> data/train -> data/$train_set + data/$dev_set; eval2000 -> data/eval2000{,_swbd,_callhome}"
 python local/swbd1_data_prep.py --swbd-root "$swbd_root" ${swbd_transcripts:+--transcripts "$swbd_transcripts"} \
