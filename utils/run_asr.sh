@@ -41,6 +41,7 @@ beam=8
 lm_weight=0.5
 insertion_bonus=1.0
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
+speed_perturb=""         # e.g. "0.9 1.0 1.1": train on data/<train-set>_sp, Kaldi's speed perturbation (stage 2)
 declare train_stage=4   # (not options: what utils/stages.sh needs to know)
 declare epochs_key=train.max_epochs
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
@@ -60,6 +61,13 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "Stage 1: validating data/$d"
     "$utils_dir/validate_data_dir.sh" "data/$d" || { log "  data/$d has problems (listed above): fixing"; "$utils_dir/fix_data_dir.sh" "data/$d"; }
   done
+fi
+
+if [ -n "$speed_perturb" ]; then  # sp<f>- copies of the training set; stage 2 changes their speed on the fly
+  if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] && [ ! -f "data/${train_set}_sp/.fbank.done" ]; then
+    python -m gossip_accel.bin.perturb_speed --src "data/$train_set" --dst "data/${train_set}_sp" --factors "$speed_perturb"
+  fi
+  train_set=${train_set}_sp
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
