@@ -340,6 +340,18 @@ def test_build_layout_then_data_prep(tmp_path, capsys):
         assert (out / f).read_bytes() == (out2 / f).read_bytes(), f
 
 
+def test_train_readings_give_each_sentence_to_other_speakers(tmp_path):
+    text = wiki_fixture(tmp_path / "wiki")
+    out = tmp_path / "mini"
+    stats = mm.build(out, small_cfg(text, eval_utts=4, train_readings=2), synthesize=fake_synth, read_words=None)
+    assert stats["subsets"]["train-clean-100"]["utterances"] == 32
+    readers: dict = {}
+    for tf in (out / "train-clean-100").glob("*/*/*.trans.txt"):
+        for line in tf.read_text(encoding="utf-8").splitlines():
+            readers.setdefault(line.split(" ", 1)[1], []).append(tf.parent.parent.name)
+    assert len(readers) == 16 and all(len(set(r)) == 2 for r in readers.values())
+
+
 def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit, match=r"'flite' program is not installed; install it with: apt-get install flite"):

@@ -16,6 +16,7 @@ mini_eval_utts=120
 mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant> or patterns ('espeak-*')
 mini_other_voices=awb   # voices of test-other (unseen in training)
 mini_speakers_per_voice=5   # training speakers per training voice
+mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -29,7 +30,7 @@ if [ -z "$root" ]; then
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
   python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
-    --train-speakers-per-voice "$mini_speakers_per_voice" --jobs "$nj"
+    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj"
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
 fi
 for s in $train_set $dev_set $test_sets; do

@@ -5,7 +5,7 @@
     python local/make_mini_librispeech.py --out /tmp/mini --train-utts 200 --eval-utts 40   # smaller
 
 Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
-kal, kal16, awb, rms, slt) and numpy + soundfile (the project's venv). No network, no sox.
+kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices) and numpy + soundfile (the project's venv). No network, no sox.
 
 Output, in the layout of openslr's LibriSpeech (``<out>/LibriSpeech`` is NOT added: ``--out``
 is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the recipe expects):
@@ -16,12 +16,16 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
     <out>/mini_librispeech.json                                     build parameters + statistics
 
 Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`` and
-``test-other``. Speakers are flite voices varied in tempo (``duration_stretch``), mean pitch
-(``int_f0_target_mean``) and vocal-tract length (a resampling warp that moves formants and
+``test-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
+``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
+``espeak-*``) varied in tempo (``duration_stretch``; espeak: ``-s``), mean pitch
+(``int_f0_target_mean``; espeak: ``-p``) and vocal-tract length (a resampling warp that moves formants and
 pitch together, with the tempo change compensated); each speaker has its own recording gain
-and a faint noise floor. Training speakers are variants of kal, kal16, rms and slt; dev-clean
+and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
 test-other is read by a voice never used in training (awb, Scottish-accented male).
+``--train-readings N`` has every training sentence read by N different speakers (more hours
+from the same text: the sentences that pass the filters run out near 2900).
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
@@ -713,6 +717,7 @@ class Config:
     text: str = str(DEFAULT_TEXT)
     train_voices: list = field(default_factory=lambda: list(TRAIN_VOICES))
     other_voices: list = field(default_factory=lambda: [OTHER_VOICE])
+    train_readings: int = 1         # each training sentence read by this many (different) speakers
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -748,6 +753,8 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     stats: dict = {}
     agree = (lambda c: flite_agrees(c, read_words, jobs=jobs)) if (cfg.check_with_flite and read_words) else None
     texts = select_texts(cfg, agree, stats)
+    # the copies follow one another, so that plan_corpus deals each copy to another speaker
+    texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
     speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
                              cfg.train_voices, cfg.other_voices)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
@@ -801,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"wikitext-format text (default {DEFAULT_TEXT})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-utts", type=int, default=Config.train_utts)
+    ap.add_argument("--train-readings", type=int, default=Config.train_readings,
+                    help="each training sentence read by this many speakers (more hours from the same text)")
     ap.add_argument("--eval-utts", type=int, default=Config.eval_utts, help="utterances in each of dev-clean, test-clean, test-other")
     ap.add_argument("--train-voices", default=" ".join(TRAIN_VOICES),
                     help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, or patterns "
@@ -818,7 +827,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep sentences even if flite's words (flite -pw) differ from the transcript")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
-    for name in ("train_utts", "eval_utts", "train_speakers_per_voice", "eval_speakers_per_voice", "other_speakers",
+    for name in ("train_utts", "train_readings", "eval_utts", "train_speakers_per_voice", "eval_speakers_per_voice", "other_speakers",
                  "min_words", "jobs"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -834,7 +843,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
-                 *voices)
+                 *voices, args.train_readings)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
