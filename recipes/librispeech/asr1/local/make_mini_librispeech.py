@@ -109,6 +109,7 @@ for _acc in ESPEAK_ACCENTS:
         _f0 = 200.0 if _var.startswith("f") else 110.0     # nominal: -p is relative to the variant's pitch
         VOICES[f"espeak-{_acc}-{_var}"] = Voice(f"{_acc}+{_var}", _var[0].upper(), _f0, True, (_f0 * 0.8, _f0 * 1.25),
                                                 f"espeak-ng {_acc} variant {_var}", 0.0, "espeak")
+del _acc, _var, _f0
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
