@@ -177,6 +177,7 @@ def test_units_roundtrip_and_layout(tmp_path, unit_type):
     ("dnn", {"context": 2, "hidden": 16, "layers": 2, "subsample": 3}),
     ("cldnn", {"conv_channels": 4, "lstm_cells": 16, "lstm_proj": 8, "lstm_layers": 1, "dnn_hidden": 16, "dnn_layers": 1}),
     ("blstm", {"hidden": 8, "layers": 2, "bottleneck": 6, "subsample": 3}),
+    ("tdnn", {"hidden": 8, "layers": 3, "subsample": 3, "dilations": [1, 2]}),
 ])
 def test_acoustic_models_shapes_and_lengths(kind, options):
     """Every model type: (B, T', V) log-probs, T' = ceil-ish(T / subsample), padding ignored."""

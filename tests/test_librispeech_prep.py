@@ -282,6 +282,34 @@ def test_speakers_distinct_and_test_other_voice_unseen():
         mm.plan_speakers(0, 1, 1, 1, train_voices=("kal", "awb"), other_voice="awb")
 
 
+def test_espeak_voices_patterns_and_several_test_other_voices():
+    voices = mm.expand_voices(["kal", "espeak-en-gb-scotland-*", "espeak-en-us-f2", "kal"])
+    assert voices[0] == "kal" and len(voices) == 1 + len(mm.ESPEAK_VARIANTS) + 1 and voices[-1] == "espeak-en-us-f2"
+    with pytest.raises(mm.BuildError, match=r"no voice matches 'espeak-xx-\*'"):
+        mm.expand_voices(["espeak-xx-*"])
+    spks = mm.plan_speakers(0, 2, 1, 5, train_voices=("kal", "espeak-en-us-m3"),
+                            other_voice=("awb", "espeak-en-gb-scotland-f1"))
+    other = [s.voice for s in spks if s.subset == "test-other"]
+    assert sorted(other) == ["awb"] * 3 + ["espeak-en-gb-scotland-f1"] * 2
+    e = next(s for s in spks if s.voice == "espeak-en-us-m3")
+    args = e.espeak_args()
+    assert args[:2] == ["-v", "en-us+m3"] and 0 <= int(args[5]) <= 99
+    assert int(args[3]) == round(mm.ESPEAK_RATE / (e.stretch * e.warp))
+    assert e.gender == "M" and e.name().startswith("espeak-en-us-m3 ")
+    # one voice for test-other: the same speakers as before several were allowed
+    assert [(s.id, s.f0) for s in mm.plan_speakers(0, 5, 2, 8, other_voice=("awb",))] == \
+        [(s.id, s.f0) for s in mm.plan_speakers(0, 5, 2, 8)]
+
+
+def test_espeak_synthesizer_reads_a_sentence():
+    spk = next(s for s in mm.plan_speakers(0, 1, 1, 1, train_voices=("espeak-en-gb-x-rp-f3",))
+               if s.subset == "train-clean-100")
+    x, rate = mm.synthesize("The river flows through the old town.", spk)
+    assert rate == 22050 and 1.0 < len(x) / rate < 5.0 and np.abs(x).max() > 0.05
+    y = mm.render(x, rate, spk, "u", 0, -60.0)
+    assert abs(len(y) / mm.RATE - len(x) / rate / spk.warp) < 0.01
+
+
 def test_resample_is_band_limited_and_accurate():
     rate_in = round(8000 * 1.035)
     t = np.arange(rate_in) / rate_in
@@ -339,6 +367,18 @@ def test_build_layout_then_data_prep(tmp_path, capsys):
     assert files == sorted(p.relative_to(out2) for p in out2.rglob("*") if p.is_file())
     for f in files:
         assert (out / f).read_bytes() == (out2 / f).read_bytes(), f
+
+
+def test_train_readings_give_each_sentence_to_other_speakers(tmp_path):
+    text = wiki_fixture(tmp_path / "wiki")
+    out = tmp_path / "mini"
+    stats = mm.build(out, small_cfg(text, eval_utts=4, train_readings=2), synthesize=fake_synth, read_words=None)
+    assert stats["subsets"]["train-clean-100"]["utterances"] == 32
+    readers: dict = {}
+    for tf in (out / "train-clean-100").glob("*/*/*.trans.txt"):
+        for line in tf.read_text(encoding="utf-8").splitlines():
+            readers.setdefault(line.split(" ", 1)[1], []).append(tf.parent.parent.name)
+    assert len(readers) == 16 and all(len(set(r)) == 2 for r in readers.values())
 
 
 def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):

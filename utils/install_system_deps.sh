@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The Debian packages the recipes and tests use beyond Python: flite (the mini corpora's voices),
+# espeak-ng (more voices and accents for the mini LibriSpeech: --mini-train-voices 'espeak-*'),
 # iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl), ffmpeg
 # (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads).
 #
@@ -10,7 +11,7 @@
 # otherwise says what to install and fails (no test is skipped for want of a package). A no-op when
 # all are there.
 set -euo pipefail
-declare -A need=([flite]=flite [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg)
+declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg)
 cmds=("$@")
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()

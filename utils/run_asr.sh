@@ -56,6 +56,7 @@ avg=5                    # stage 6 decodes the average of N epoch models of each
 avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
 model_dir=""             # stages 6-7: these run dirs (space-separated, globs allowed) instead of --algorithms' runs
 test_only=false          # true: stages 0-2 prepare the test sets alone, stages 3-5 are skipped (decode what exists)
+speed_perturb=""         # e.g. "0.9 1.0 1.1": train on data/<train-set>_sp, Kaldi's speed perturbation (stage 2)
 declare train_stage=4   # (not options: what utils/stages.sh needs to know)
 declare epochs_key=train.max_epochs
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
@@ -100,6 +101,14 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
     log "Stage 1: validating data/$d"
     "$utils_dir/validate_data_dir.sh" "data/$d" || { log "  data/$d has problems (listed above): fixing"; "$utils_dir/fix_data_dir.sh" "data/$d"; }
   done
+fi
+
+if [ -n "$speed_perturb" ] && [ "$test_only" != true ]; then  # sp<f>- copies of the training set; stage 2 changes their speed on the fly
+  if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] && [ ! -f "data/${train_set}_sp/.fbank.done" ]; then
+    python -m gossip_accel.bin.perturb_speed --src "data/$train_set" --dst "data/${train_set}_sp" --factors "$speed_perturb"
+  fi
+  train_set=${train_set}_sp
+  prep_sets="$train_set $dev_set $test_sets"
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then

@@ -3,7 +3,8 @@
 Audio comes from ``wav.scp`` (``<utt> <path>`` or ``<utt> <command> |``), cut by ``segments``
 when the data dir has one; a multi-channel recording is reduced to the channel that
 ``reco2file_and_channel`` names for it (``A``/``1`` = first, ``B``/``2`` = second), unless
-``--channel`` says otherwise. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
+``--channel`` says otherwise; ``utt2speed`` (speed perturbation, :mod:`.speed_perturb`) changes an
+utterance's speed before its features are computed. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
 needed; shorten-compressed SPHERE, as on LDC's discs, by :mod:`gossip_accel.data.sphere`) and
 scaled to the 16-bit integer range, as Kaldi's ``compute-fbank-feats`` sees them, so
 the features equal Kaldi's (``torchaudio.compliance.kaldi.fbank`` with the same options).
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from .kaldi.tables import DataDirError, is_command, read_table, refuse_commands, write_table
+from .speed_perturb import read_speeds
 
 INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
 
@@ -194,7 +196,7 @@ def compute_fbank(samples: np.ndarray | torch.Tensor, opts: FbankOptions, seed: 
 def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, on_rate_mismatch: str = "error",
                    segment: Optional[tuple[float, float]] = None,
                    cache: Optional[dict] = None, default_channel: Optional[int] = None,
-                   allow_pipes: bool = False) -> torch.Tensor:
+                   allow_pipes: bool = False, speed: float = 1.0) -> torch.Tensor:
     """Mono samples in 16-bit scale at ``opts.sample_frequency``, ready for :func:`compute_fbank`.
 
     ``channel`` -1 requires mono audio (as Kaldi's ``--channel=-1``); 0, 1... picks one.
@@ -204,6 +206,7 @@ def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, o
     ``segment`` = (start, end) seconds, end <= 0 meaning the end of the recording.
     ``cache`` (a dict) keeps the last recording read, for consecutive segments of one file.
     ``allow_pipes``: run a ``wav.scp`` command (see :func:`read_audio`).
+    ``speed`` != 1: sox's ``speed`` (tempo and pitch x speed; :mod:`gossip_accel.data.speed_perturb`).
     """
     if cache is not None and cache.get("spec") == spec:
         data, rate = cache["audio"]
@@ -229,6 +232,10 @@ def load_utterance(spec: str, utt: str, opts: FbankOptions, channel: int = -1, o
                                f"({x.shape[0] / rate:.2f} s)")
         x = x[a:b]
     wav = torch.from_numpy(np.ascontiguousarray(x)) * INT16_SCALE
+    if speed != 1.0:   # read as if sampled at speed * rate, back to rate: duration / speed
+        import torchaudio.functional as AF
+
+        wav = AF.resample(wav, int(round(rate * speed)), rate)
     target = int(opts.sample_frequency)
     if rate != target:
         if on_rate_mismatch != "resample":
@@ -260,6 +267,7 @@ class Job:
     channels: Optional[dict] = None  # utt -> 0-based channel (reco2file_and_channel), for multi-channel audio
     allow_pipes: bool = False  # run wav.scp commands ("... |")
     suffix: str = ""  # the job writes raw_fbank.<j>.{ark,scp}<suffix>; merge_jobs renames them
+    speeds: Optional[dict] = None  # utt -> speed factor (utt2speed: speed perturbation)
 
 
 @dataclass
@@ -326,7 +334,7 @@ def run_job(job: Job) -> JobResult:
         for utt, spec, segment in bar:
             try:
                 wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache,
-                                     (job.channels or {}).get(utt), job.allow_pipes)
+                                     (job.channels or {}).get(utt), job.allow_pipes, (job.speeds or {}).get(utt, 1.0))
                 feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
                 if feats.shape[0] == 0:
                     raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
@@ -377,11 +385,13 @@ def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, o
         raise ValueError(f"--out {out}: a path with ',' cannot be written in a Kaldi wspecifier "
                          f"(ark,scp:<ark>,<scp>); choose a directory without ','")
     chans = utterance_channels(data_dir)
+    speeds = read_speeds(data_dir)
     out.mkdir(parents=True, exist_ok=True)
     parts = split_contiguous(entries, nj)
     suffix = f".tmp{os.getpid()}"
     jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress,
-                {u: chans[u] for u, _, _ in part if u in chans} or None, allow_pipes, suffix)
+                {u: chans[u] for u, _, _ in part if u in chans} or None, allow_pipes, suffix,
+                {u: speeds[u] for u, _, _ in part if u in speeds} or None)
             for j, part in enumerate(parts)]
     try:
         if len(jobs) == 1:

@@ -16,6 +16,10 @@ librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mi
 mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
 mini_eval_utts=120
 test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
+mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant> or patterns ('espeak-*')
+mini_other_voices=awb   # voices of test-other (unseen in training)
+mini_speakers_per_voice=5   # training speakers per training voice
+mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -25,8 +29,11 @@ if [ -z "$root" ]; then
   root=data/mini_librispeech
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
+  [[ "$mini_train_voices $mini_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
-  python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" --jobs "$nj"
+  python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
+    --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
+    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj"
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
 fi
 sets="$train_set $dev_set $test_sets"

@@ -5,7 +5,7 @@
     python local/make_mini_librispeech.py --out /tmp/mini --train-utts 200 --eval-utts 40   # smaller
 
 Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
-kal, kal16, awb, rms, slt) and numpy + soundfile (the project's venv). No network, no sox.
+kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices) and numpy + soundfile (the project's venv). No network, no sox.
 
 Output, in the layout of openslr's LibriSpeech (``<out>/LibriSpeech`` is NOT added: ``--out``
 is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the recipe expects):
@@ -16,12 +16,16 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
     <out>/mini_librispeech.json                                     build parameters + statistics
 
 Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`` and
-``test-other``. Speakers are flite voices varied in tempo (``duration_stretch``), mean pitch
-(``int_f0_target_mean``) and vocal-tract length (a resampling warp that moves formants and
+``test-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
+``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
+``espeak-*``) varied in tempo (``duration_stretch``; espeak: ``-s``), mean pitch
+(``int_f0_target_mean``; espeak: ``-p``) and vocal-tract length (a resampling warp that moves formants and
 pitch together, with the tempo change compensated); each speaker has its own recording gain
-and a faint noise floor. Training speakers are variants of kal, kal16, rms and slt; dev-clean
+and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
 test-other is read by a voice never used in training (awb, Scottish-accented male).
+``--train-readings N`` has every training sentence read by N different speakers (more hours
+from the same text: the sentences that pass the filters run out near 2900).
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
@@ -71,6 +75,7 @@ REPO = Path(__file__).resolve().parents[4]
 DEFAULT_TEXT = REPO / "local" / "data" / "wiki_mini"
 STAMP = "mini_librispeech.json"
 INSTALL_HINT = "install it with: apt-get install flite   (Debian/Ubuntu; as root, or with sudo)"
+ESPEAK_HINT = "install it with: apt-get install --no-install-recommends espeak-ng   (Debian/Ubuntu; as root, or with sudo)"
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Voice:
     f0_range: tuple[float, float]  # pitch of its variants (Hz)
     description: str
     min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
+    engine: str = "flite"        # "flite" or "espeak" (espeak-ng: voice <accent>+<variant>)
 
 
 VOICES = {
@@ -91,6 +97,19 @@ VOICES = {
     "slt": Voice("slt", "F", 172.0, True, (150.0, 235.0), "US female, clustergen"),
     "awb": Voice("awb", "M", 131.0, True, (95.0, 160.0), "Scottish English male, clustergen"),
 }
+# espeak-ng (formant synthesis, many accents): voice "espeak-<accent>-<variant>" is espeak-ng's
+# "-v <accent>+<variant>"; pitch (-p, 0-99, 50 = the variant's own) and rate (-s, words/min)
+# give its speakers. Less natural than flite (an off-the-shelf recognizer: 76-80% WER against
+# flite's 12-15%), it adds accents and vocal tracts: --train-voices 'kal kal16 rms slt espeak-*'.
+ESPEAK_ACCENTS = ("en-us", "en-gb", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029")
+ESPEAK_VARIANTS = ("m1", "m2", "m3", "m4", "m5", "m6", "m7", "f1", "f2", "f3", "f4", "f5")
+ESPEAK_RATE = 175                # espeak-ng's default words per minute (tempo 1)
+for _acc in ESPEAK_ACCENTS:
+    for _var in ESPEAK_VARIANTS:
+        _f0 = 200.0 if _var.startswith("f") else 110.0     # nominal: -p is relative to the variant's pitch
+        VOICES[f"espeak-{_acc}-{_var}"] = Voice(f"{_acc}+{_var}", _var[0].upper(), _f0, True, (_f0 * 0.8, _f0 * 1.25),
+                                                f"espeak-ng {_acc} variant {_var}", 0.0, "espeak")
+del _acc, _var, _f0
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
@@ -376,7 +395,15 @@ class Speaker:
             args += ["--setf", f"int_f0_target_mean={self.f0 / self.warp:.2f}"]
         return args
 
+    def espeak_args(self) -> list[str]:
+        """espeak-ng options that, followed by the warp, give this speaker."""
+        v = VOICES[self.voice]
+        pitch = min(99, max(0, round(50 * self.f0 / self.warp / v.f0)))
+        return ["-v", v.name, "-s", str(round(ESPEAK_RATE / (self.stretch * self.warp))), "-p", str(pitch)]
+
     def name(self) -> str:
+        if VOICES[self.voice].engine == "espeak":
+            return f"{self.voice} f0={self.f0:.0f}Hz tempo={1 / self.stretch:.2f} warp={self.warp:.3f}"
         return f"flite {self.voice} f0={self.f0:.0f}Hz tempo={1 / self.stretch:.2f} warp={self.warp:.3f}"
 
 
@@ -431,11 +458,15 @@ class Utt:
 
 
 def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_speakers: int,
-                  train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str = OTHER_VOICE) -> list[Speaker]:
-    """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids."""
-    if other_voice in train_voices:
-        raise BuildError(f"the test-other voice {other_voice} must not be a training voice ({' '.join(train_voices)})")
-    for v in (*train_voices, other_voice):
+                  train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE) -> list[Speaker]:
+    """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids.
+
+    ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn)."""
+    other_voices = [other_voice] if isinstance(other_voice, str) else list(other_voice)
+    clash = [v for v in other_voices if v in train_voices]
+    if clash:
+        raise BuildError(f"the test-other voice {' '.join(clash)} must not be a training voice ({' '.join(train_voices)})")
+    for v in (*train_voices, *other_voices):
         if v not in VOICES:
             raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
     rng = random.Random(f"{seed}:speakers")
@@ -445,8 +476,10 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
         for subset, n in (("train-clean-100", train_per_voice), ("dev-clean", eval_per_voice),
                           ("test-clean", eval_per_voice)):
             plan += [(subset, v, p) for p in draw_variants(v, n, rng, taken)]
-    taken = []
-    plan += [("test-other", other_voice, p) for p in draw_variants(other_voice, other_speakers, rng, taken)]
+    for k, v in enumerate(other_voices):
+        taken = []
+        n = len(range(k, other_speakers, len(other_voices)))
+        plan += [("test-other", v, p) for p in draw_variants(v, n, rng, taken)]
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
@@ -547,6 +580,45 @@ def flite_synthesize(text: str, spk: Speaker):
     return x, rate
 
 
+def espeak_synthesize(text: str, spk: Speaker):
+    """(float32 samples, rate) of espeak-ng reading text with the speaker's voice/tempo/pitch."""
+    import soundfile as sf
+    r = subprocess.run(["espeak-ng", *spk.espeak_args(), "--stdout", text], capture_output=True, check=False)
+    if r.returncode != 0 or len(r.stdout) < 44:
+        raise BuildError(f"espeak-ng failed (exit {r.returncode}) for {spk.voice!r} on {text!r}: "
+                         f"{r.stderr.decode(errors='replace').strip()[:300]}")
+    x, rate = sf.read(io.BytesIO(r.stdout), dtype="float32")
+    return (x.mean(axis=1) if x.ndim > 1 else x), rate
+
+
+def synthesize(text: str, spk: Speaker):
+    """The speaker's synthesizer (flite or espeak-ng, as its voice says) reading text."""
+    engine = VOICES[spk.voice].engine
+    return espeak_synthesize(text, spk) if engine == "espeak" else flite_synthesize(text, spk)
+
+
+def expand_voices(patterns: Iterable[str]) -> list[str]:
+    """Voice names from names or shell patterns (``espeak-en-gb-*``), in VOICES order, no repeats."""
+    import fnmatch
+    out: list[str] = []
+    for pat in patterns:
+        hits = [v for v in VOICES if fnmatch.fnmatchcase(v, pat)]
+        if not hits:
+            raise BuildError(f"no voice matches {pat!r} (flite: {' '.join(v for v in VOICES if not v.startswith('espeak-'))}; "
+                             f"espeak-ng: espeak-<accent>-<variant>, accents {' '.join(ESPEAK_ACCENTS)}, "
+                             f"variants {' '.join(ESPEAK_VARIANTS)})")
+        out += [v for v in hits if v not in out]
+    return out
+
+
+def check_synthesizers(voices: Iterable[str]) -> None:
+    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones."""
+    voices = list(voices)
+    check_flite([v for v in voices if VOICES[v].engine == "flite"])
+    if any(VOICES[v].engine == "espeak" for v in voices) and shutil.which("espeak-ng") is None:
+        raise BuildError(f"the 'espeak-ng' program is not installed (the espeak-* voices need it); {ESPEAK_HINT}")
+
+
 def check_flite(voices: Iterable[str]) -> None:
     if shutil.which("flite") is None:
         raise BuildError(f"the 'flite' program is not installed; {INSTALL_HINT}")
@@ -644,6 +716,9 @@ class Config:
     noise_db: float | None = -60.0
     check_with_flite: bool = True
     text: str = str(DEFAULT_TEXT)
+    train_voices: list = field(default_factory=lambda: list(TRAIN_VOICES))
+    other_voices: list = field(default_factory=lambda: [OTHER_VOICE])
+    train_readings: int = 1         # each training sentence read by this many (different) speakers
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -672,14 +747,17 @@ def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str
     return out
 
 
-def build(out: Path, cfg: Config, synthesize: Callable = flite_synthesize, read_words: Callable | None = flite_words,
+def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words: Callable | None = flite_words,
           jobs: int = 1, progress: bool = False) -> dict:
     """Build the corpus into out (subset folders + metadata); returns the statistics (also in the stamp)."""
     t0 = time.time()
     stats: dict = {}
     agree = (lambda c: flite_agrees(c, read_words, jobs=jobs)) if (cfg.check_with_flite and read_words) else None
     texts = select_texts(cfg, agree, stats)
-    speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers)
+    # the copies follow one another, so that plan_corpus deals each copy to another speaker
+    texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
+    speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
+                             cfg.train_voices, cfg.other_voices)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
     titles: dict[int, str] = {}
     for subset, sents in texts.items():
@@ -731,12 +809,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"wikitext-format text (default {DEFAULT_TEXT})")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-utts", type=int, default=Config.train_utts)
+    ap.add_argument("--train-readings", type=int, default=Config.train_readings,
+                    help="each training sentence read by this many speakers (more hours from the same text)")
     ap.add_argument("--eval-utts", type=int, default=Config.eval_utts, help="utterances in each of dev-clean, test-clean, test-other")
+    ap.add_argument("--train-voices", default=" ".join(TRAIN_VOICES),
+                    help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, or patterns "
+                         "(e.g. 'kal kal16 rms slt espeak-*')")
+    ap.add_argument("--other-voices", default=OTHER_VOICE, help="voices of test-other (none of --train-voices)")
     ap.add_argument("--train-speakers-per-voice", type=int, default=Config.train_speakers_per_voice,
-                    help=f"training voices: {' '.join(TRAIN_VOICES)}")
+                    help="training speakers per training voice")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
                     help="speakers per training voice in dev-clean and in test-clean")
-    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help=f"test-other speakers (voice {OTHER_VOICE})")
+    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help="test-other speakers")
     ap.add_argument("--min-words", type=int, default=Config.min_words)
     ap.add_argument("--max-words", type=int, default=Config.max_words)
     ap.add_argument("--noise-db", default="-60", help="noise floor, dB re full scale, or 'off' (default -60)")
@@ -744,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep sentences even if flite's words (flite -pw) differ from the transcript")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
-    for name in ("train_utts", "eval_utts", "train_speakers_per_voice", "eval_speakers_per_voice", "other_speakers",
+    for name in ("train_utts", "train_readings", "eval_utts", "train_speakers_per_voice", "eval_speakers_per_voice", "other_speakers",
                  "min_words", "jobs"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -754,13 +838,18 @@ def main(argv: list[str] | None = None) -> int:
         noise = None if args.noise_db == "off" else float(args.noise_db)
     except ValueError:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
+    try:
+        voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
+    except BuildError as e:
+        ap.error(str(e))
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
-                 args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text))
+                 args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
+                 *voices, args.train_readings)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
     try:
-        check_flite([*TRAIN_VOICES, OTHER_VOICE])
+        check_synthesizers([*cfg.train_voices, *cfg.other_voices])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
             if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
@@ -777,8 +866,8 @@ def main(argv: list[str] | None = None) -> int:
                                  f"remove it or choose another --out")
         out.mkdir(parents=True, exist_ok=True)
         _write_stamp(stamp, {"config": want, "complete": False})
-        print(f"{PROG}: building {out} with {args.jobs} job(s) (flite voices {' '.join(TRAIN_VOICES)} for train, "
-              f"{OTHER_VOICE} for test-other)", file=sys.stderr, flush=True)
+        print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train, "
+              f"{' '.join(cfg.other_voices)} for test-other)", file=sys.stderr, flush=True)
         t0, c0 = time.time(), _cpu_seconds()
         stats = build(out, cfg, jobs=args.jobs, progress=True)
         stats["build_cpu_seconds"] = round(_cpu_seconds() - c0, 1)
