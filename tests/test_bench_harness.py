@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -67,7 +68,7 @@ def test_machine_load_counts_other_processes_not_the_benchs_own():
     spin = [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
     child = subprocess.Popen(spin)
     # an orphan: started by a shell that exits at once, so it is no descendant of this process
-    orphan = int(subprocess.run(["sh", "-c", f"{' '.join(map(repr, spin))} >/dev/null 2>&1 & echo $!"],
+    orphan = int(subprocess.run(["sh", "-c", f"{shlex.join(spin)} >/dev/null 2>&1 & echo $!"],
                                 capture_output=True, text=True).stdout)
     try:
         time.sleep(0.3)

@@ -60,7 +60,7 @@ def test_readme_checkpoint_example_resumes_exactly(tmp_path):
     run_as_printed(tmp_path, script, torchrun())  # uninterrupted: checkpoints at steps 12 and 24 of 32
     assert (ckpt / "latest").read_text() == "exp/my_run/step24"
     whole = {r: torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)}
-    step24 = {r: torch.load(ckpt / "step24" / f"rank{r}.pt", weights_only=False) for r in range(WORLD)}
+    step24 = {r: torch.load(ckpt / "step24" / f"rank{r}.pt", weights_only=True) for r in range(WORLD)}
     assert step24[0]["epoch"] == 1 and step24[0]["batches_done"] == 8       # 16 steps per epoch
     # the replicas differ at step 24 (period 8 ended at 24, but gossip only mixes neighbours)
     assert any(not torch.equal(step24[1]["model"][k], step24[0]["model"][k]) for k in step24[0]["model"])
@@ -71,7 +71,7 @@ def test_readme_checkpoint_example_resumes_exactly(tmp_path):
     proc = run_as_printed(tmp_path, script, torchrun())
     assert "UsageWarning" not in proc.stderr, proc.stderr[-3000:]  # loaded after the broadcast: no warning
     for r in range(WORLD):
-        again = torch.load(ckpt / "step24" / f"rank{r}.pt", weights_only=False)
+        again = torch.load(ckpt / "step24" / f"rank{r}.pt", weights_only=True)
         assert again["epoch"] == 1 and again["batches_done"] == 8 and again["sync"]["t"] == 24
         for k, v in step24[r]["model"].items():
             assert torch.equal(again["model"][k], v), f"rank {r} {k}: the resumed step-24 replica differs"
