@@ -50,9 +50,9 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "gossip_bmuf-(16,128)-overlap4": ["algorithm=gossip_bmuf", "overlap_steps=4"],
     "gossip_bmuf-(16,128)-stagger-overlap4": ["algorithm=gossip_bmuf", "stagger=true", "overlap_steps=4"],
     # the int8/int4 wire (quantize.py): outer gradients in blocks of 256 with error feedback
-    "bmuf-(16,128)-int4": ["algorithm=bmuf", "exchange_dtype=int4"],
-    "gossip_bmuf-(16,128)-int4": ["algorithm=gossip_bmuf", "exchange_dtype=int4"],
-    "gossip_bmuf-(16,128)-stagger-int4": ["algorithm=gossip_bmuf", "stagger=true", "exchange_dtype=int4"],
+    "bmuf-(16,128)-int4": ["algorithm=bmuf", "exchange_dtype=int4", "broadcast_initial=true"],
+    "gossip_bmuf-(16,128)-int4": ["algorithm=gossip_bmuf", "exchange_dtype=int4", "broadcast_initial=true"],
+    "gossip_bmuf-(16,128)-stagger-int4": ["algorithm=gossip_bmuf", "stagger=true", "exchange_dtype=int4", "broadcast_initial=true"],
     "gossip_bmuf-(12,96)": ["algorithm=gossip_bmuf", "period=12", "components.0.period=96"],
     "easgd-(16,128)": ["algorithm=easgd"],
     "easgd_async-(16,128)": ["algorithm=easgd_async"],

@@ -52,8 +52,9 @@ class SettingRun:
 
             # every rank builds the same model from the same seed, so Algorithm 1's initial broadcast
             # (line 1) is a no-op here; skipping it saves a full-model broadcast per setting on slow links
+            # (a setting may ask for it: the int8/int4 wire's references start at the broadcast model)
             cfg = (load_sync_config({"enabled": False}) if setting == DDP
-                   else load_sync_config(sync_base, [*SETTINGS[setting], "broadcast_initial=false"]))
+                   else load_sync_config(sync_base, ["broadcast_initial=false", *SETTINGS[setting]]))
             self.run = DistributedRun(model, optimizer, cfg, exp_dir, cpu=device.type == "cpu", checkpoint=False)
             self.model, self.core, self.optimizer = self.run.model, self.run.core, self.run.optimizer
         self.sync = self.run.sync if self.run is not None else None

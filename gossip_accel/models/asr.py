@@ -107,6 +107,15 @@ class ConformerCTC(nn.Module):
         return self.output(h).log_softmax(-1), out_lengths
 
 
+def stack_frames(x: torch.Tensor, lengths: torch.Tensor, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T, D) frames -> (B, ceil(T/s), s*D): every s consecutive frames side by side (zero-padded at
+    the end), the frame-rate reduction of the BLSTM and TDNN front ends; and the new lengths."""
+    b, t, d = x.shape
+    if t % s:
+        x = torch.cat([x, x.new_zeros(b, s - t % s, d)], dim=1)
+    return x.reshape(b, x.shape[1] // s, d * s), (lengths + s - 1) // s
+
+
 class BLSTM(nn.Module):
     """Bidirectional LSTM -> linear bottleneck -> output: the acoustic model of the ADPSGD papers
     (002/004: 6 BLSTM layers of 512 cells per direction, bottleneck 256), here with CTC. Frames
@@ -123,12 +132,7 @@ class BLSTM(nn.Module):
         self.output = nn.Linear(bottleneck, vocab_size)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, d = x.shape
-        s = self.subsample
-        if t % s:
-            x = torch.cat([x, x.new_zeros(b, s - t % s, d)], dim=1)
-        x = x.reshape(b, x.shape[1] // s, d * s)
-        out_lengths = (lengths + s - 1) // s
+        x, out_lengths = stack_frames(x, lengths, self.subsample)
         packed = nn.utils.rnn.pack_padded_sequence(x, out_lengths.cpu(), batch_first=True, enforce_sorted=False)
         h, _ = self.body(packed)
         h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
@@ -160,12 +164,7 @@ class TDNN(nn.Module):
         self.output = nn.Linear(hidden, vocab_size)
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b, t, d = x.shape
-        s = self.subsample
-        if t % s:
-            x = torch.cat([x, x.new_zeros(b, s - t % s, d)], dim=1)
-        x = x.reshape(b, x.shape[1] // s, d * s)
-        out_lengths = (lengths + s - 1) // s
+        x, out_lengths = stack_frames(x, lengths, self.subsample)
         mask = (torch.arange(x.shape[1], device=x.device)[None, :] < out_lengths[:, None]).unsqueeze(-1).to(x.dtype)
         h = torch.relu(self.frontend(x)) * mask
         for conv, norm in zip(self.body, self.norms):
