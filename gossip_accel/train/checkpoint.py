@@ -31,7 +31,6 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
-from ..sync.elastic import mean_tree
 
 NAME = re.compile(r"epoch(\d+)(?:_step(\d+))?")
 
