@@ -38,6 +38,10 @@ from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  #
 
 RECIPE = ROOT / "recipes" / "wikitext103" / "lm1"
 CONFS = [RECIPE / "conf" / "mini.yaml", ROOT / "conf" / "lm" / "period_16_128.yaml"]
+# the quick-start conf warms up (sync.warmup_steps=32) and sends bf16, which config.py defines only for
+# the averaging family (registry.names(warmup=True), low_precision_wire=True): the parameter-server and
+# AD-PSGD settings run without the warm-up, on their fp32 wire
+NO_WARMUP_FP32_WIRE = ("warmup_steps=0", "exchange_dtype=float32")
 SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "ma-(8)": ["algorithm=ma", "period=8", "components.0.period=8"],
     "bmuf-(8)": ["algorithm=bmuf", "period=8", "components.0.period=8"],
@@ -54,11 +58,11 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "gossip_bmuf-(16,128)-int4": ["algorithm=gossip_bmuf", "exchange_dtype=int4", "broadcast_initial=true"],
     "gossip_bmuf-(16,128)-stagger-int4": ["algorithm=gossip_bmuf", "stagger=true", "exchange_dtype=int4", "broadcast_initial=true"],
     "gossip_bmuf-(12,96)": ["algorithm=gossip_bmuf", "period=12", "components.0.period=96"],
-    "easgd-(16,128)": ["algorithm=easgd"],
-    "easgd_async-(16,128)": ["algorithm=easgd_async"],
-    "asgd-(16,128)": ["algorithm=asgd"],
-    "adpsgd_fixed-(16,128)": ["algorithm=adpsgd_fixed"],
-    "adpsgd_delay-(16,128)": ["algorithm=adpsgd_delay"],
+    "easgd-(16,128)": ["algorithm=easgd", *NO_WARMUP_FP32_WIRE],
+    "easgd_async-(16,128)": ["algorithm=easgd_async", *NO_WARMUP_FP32_WIRE],
+    "asgd-(16,128)": ["algorithm=asgd", *NO_WARMUP_FP32_WIRE],
+    "adpsgd_fixed-(16,128)": ["algorithm=adpsgd_fixed", *NO_WARMUP_FP32_WIRE],
+    "adpsgd_delay-(16,128)": ["algorithm=adpsgd_delay", *NO_WARMUP_FP32_WIRE],
 }
 
 
