@@ -40,6 +40,16 @@ def test_mean_state_is_the_exact_mean_and_keeps_integer_buffers():
     assert torch.equal(states[0]["w"], state(0)["w"])
 
 
+def test_mean_state_of_equal_states_is_that_state_in_new_tensors():
+    """mean_tree's rule: identical weights come out bit for bit (a float64 sum of 3 copies / 3 is not)."""
+    wide = torch.randn(1000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    states = [{**state(0), "b": wide.clone()} for _ in range(3)]
+    mean = ckpt.mean_state(states)
+    for k, v in mean.items():
+        assert torch.equal(v, states[0][k]) and v.dtype == states[0][k].dtype, k
+        assert all(v.data_ptr() != s[k].data_ptr() for s in states), k  # copies: the inputs stay untouched
+
+
 def test_mean_state_refuses_another_model_naming_the_file():
     a, b = state(0), state(1)
     b["extra"] = torch.zeros(1)

@@ -37,29 +37,31 @@ MERGED_FROM = "merged_from"
 HIERARCHY_KEY = "hierarchy"  # hierarchical.STATE_KEY (not imported: hierarchical imports the synchronizer)
 
 
-def mean_tree(trees: Sequence[Any], keep_first: Sequence[str] = ()) -> Any:
+def mean_tree(trees: Sequence[Any], keep_first: Sequence[str] = (), counters_from: int = 0) -> Any:
     """The element-wise mean of equally shaped nested dicts / lists / tuples of tensors and numbers.
 
     Floating tensors: the mean in float64, cast back; python floats: the mean; identical values
-    come out as they went in, bit for bit; integer tensors, ints, bools, strings, None: the first tree's
-    (counters such as a step count are the same on every rank). Dict keys in ``keep_first`` (at any
-    depth) take the first tree's value: state whose average means nothing (e.g. an eigenbasis)."""
-    first = trees[0]
+    come out as they went in, bit for bit; integer tensors, ints, bools, strings, None: the value of
+    ``trees[counters_from]``, the first tree by default (counters such as a step count are the same on
+    every rank). Dict keys in ``keep_first`` (at any depth) take that tree's value too: state whose
+    average means nothing (e.g. an eigenbasis). Unchanged leaves are the input objects, not copies."""
+    first, kept = trees[0], trees[counters_from]
     if isinstance(first, dict):
         if any(set(t) != set(first) for t in trees[1:]):
             raise ValueError(f"cannot average states with different keys: {sorted(first)[:6]} ...")
-        return {k: first[k] if k in keep_first else mean_tree([t[k] for t in trees], keep_first) for k in first}
+        return {k: kept[k] if k in keep_first else mean_tree([t[k] for t in trees], keep_first, counters_from)
+                for k in first}
     if isinstance(first, (list, tuple)):
         if any(len(t) != len(first) for t in trees[1:]):
             raise ValueError(f"cannot average lists of different lengths ({[len(t) for t in trees]})")
-        return type(first)(mean_tree(list(col), keep_first) for col in zip(*trees))
+        return type(first)(mean_tree(list(col), keep_first, counters_from) for col in zip(*trees))
     if torch.is_tensor(first) and first.is_floating_point():
         if all(torch.equal(first, t) for t in trees[1:]):
             return first
         return (sum(t.double() for t in trees) / len(trees)).to(first.dtype)
     if isinstance(first, float) and any(t != first for t in trees[1:]):
         return sum(trees) / len(trees)
-    return first
+    return kept
 
 
 def slots_identical(states: Sequence[dict]) -> bool:

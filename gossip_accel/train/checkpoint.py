@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
+from ..sync.elastic import mean_tree
 
 NAME = re.compile(r"epoch(\d+)(?:_step(\d+))?")
 
@@ -293,7 +294,8 @@ def mean_state(states: list[dict], integers_from: int = 0, names: Optional[list[
     """(1/n) sum_k state_k of model states with the same keys and shapes: floating-point tensors
     summed in float64 and cast back to their dtype; integer and bool tensors (counters such as
     BatchNorm's ``num_batches_tracked``, not weights) are taken from ``states[integers_from]``.
-    ``names`` (one per state, e.g. its file) go into the error on a state of another model."""
+    ``names`` (one per state, e.g. its file) go into the error on a state of another model. The mean
+    is :func:`gossip_accel.sync.elastic.mean_tree`'s; the result shares no tensor with the inputs."""
     if not states:
         raise ValueError("no model states to average")
     names = names or [f"state {i}" for i in range(len(states))]
@@ -306,8 +308,9 @@ def mean_state(states: list[dict], integers_from: int = 0, names: Optional[list[
         if shapes:
             raise CheckpointError(f"{name} holds another model than {names[0]} (shape of {shapes[0]}: "
                                   f"{tuple(state[shapes[0]].shape)} vs {tuple(ref[shapes[0]].shape)})")
-    return {k: (sum(s[k].double() for s in states) / len(states)).to(ref[k].dtype)
-            if ref[k].is_floating_point() else states[integers_from][k].clone() for k in ref}
+    mean = mean_tree(states, counters_from=integers_from)
+    # a new state: the leaves mean_tree passed through (integer buffers, identical weights) are copied
+    return {k: v.clone() if any(v is s[k] for s in states) else v for k, v in mean.items()}
 
 
 def average_model(root: Path, entry: Entry) -> dict:
