@@ -108,6 +108,9 @@ SETTINGS: dict[str, tuple] = {
     "ddp_sgd": ("DDP, SGD lr 1.0", ["sync.enabled=false", "train.optimizer=sgd", "train.lr=1.0"]),
     "gossip_bmuf_sgd": ("gossip-BMUF, inner SGD lr 1.0", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=sgd",
                                                           "train.lr=1.0"]),
+    "ddp_sgd_0.3": ("DDP, SGD lr 0.3 (1.0 diverges)", ["sync.enabled=false", "train.optimizer=sgd", "train.lr=0.3"]),
+    "gossip_bmuf_sgd_0.3": ("gossip-BMUF, inner SGD lr 0.3", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull",
+                                                              "train.optimizer=sgd", "train.lr=0.3"]),
     # the methods at the settings of each one's recipe conf (conf/mini.yaml's sync section)
     "ma": ("model averaging", ["sync.algorithm=ma"]),
     "bmuf": ("BMUF-NBM", ["sync.algorithm=bmuf"]),
@@ -150,7 +153,8 @@ GRIDS = {
     "inner": ["ddp", "gossip_bmuf", "gossip_bmuf_warmup_grads", "gossip_bmuf_ramp", "gossip_bmuf_state_reset",
               "gossip_bmuf_state_average"],
     # issue 14: the inner optimizer (Adagrad, the recipe's; Adam; SGD), gossip-BMUF against DDP with the same one
-    "optimizers": ["ddp", "gossip_bmuf", "ddp_adam", "gossip_bmuf_adam", "ddp_sgd", "gossip_bmuf_sgd"],
+    "optimizers": ["ddp", "gossip_bmuf", "ddp_adam", "gossip_bmuf_adam", "ddp_sgd", "gossip_bmuf_sgd",
+                   "ddp_sgd_0.3", "gossip_bmuf_sgd_0.3"],
     "quant": ["ddp", "bmuf_fp32", "bmuf_bf16", "bmuf_int8", "bmuf_int4", "gossip_bmuf_fp32", "gossip_bmuf_bf16",
               "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
