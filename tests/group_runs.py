@@ -39,6 +39,8 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
                               "sync.warmup_steps=6", "sync.warmup_period=2"], 21),
     "hier_gossip_bmuf_overlap": (6, ["sync.algorithm=gossip_bmuf", "sync.overlap_steps=3", "sync.stagger=true",
                                      "sync.seed=2"], 19),
+    "hier_gossip_bmuf_int4_overlap": (6, ["sync.algorithm=gossip_bmuf", "sync.overlap_steps=3", "sync.stagger=true",
+                                          "sync.seed=2", "sync.exchange_dtype=int4"], 19),
     # flat runs with a low-precision wire, and their fp32 twins for the byte counts
     "ma_fp32": (4, ["sync.algorithm=ma"], 17),
     "ma_bf16": (4, ["sync.algorithm=ma", "sync.exchange_dtype=bfloat16"], 17),

@@ -139,8 +139,9 @@ def test_coded_mean_of_equal_workers_is_their_common_outer_gradient():
 
 # -- real workers (tests/group_runs.py) --------------------------------------------------------------------
 # with the overlapped coded ring (sync.overlap_steps=2: coded from theta_t at t, decoded at t + tau), with and
-# without stagger, copies and params, a warm-up and local-BMUF (tests/group_runs.py, OVERLAPPED)
-QUANTIZED = ["ma_int4", "bmuf_int8_warmup", "gossip_bmuf_int8", "gossip_bmuf_int4_params", "hier_bmuf_int8", *OVERLAPPED]
+# without stagger, copies and params, a warm-up, local-BMUF and between groups (tests/group_runs.py, OVERLAPPED)
+QUANTIZED = ["ma_int4", "bmuf_int8_warmup", "gossip_bmuf_int8", "gossip_bmuf_int4_params", "hier_bmuf_int8", *OVERLAPPED,
+             "hier_gossip_bmuf_int4_overlap"]
 
 
 @pytest.mark.parametrize("name", QUANTIZED)

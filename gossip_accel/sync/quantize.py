@@ -33,6 +33,8 @@ both sides add it to the copy:
     hat <- hat + D(Q(theta_i - hat))                             (:func:`send_to_copy_`, :func:`apply_to_copy_`)
 
 the copy is within one quantization step of theta_i, and theta_i - hat is carried to the next message.
+A gossip round is :func:`ring_send` at the senders and :func:`ring_receive` at the receivers; an overlapped
+sync (``sync.overlap_steps`` = tau) calls the first at its post step t and the second at t + tau.
 """
 from __future__ import annotations
 

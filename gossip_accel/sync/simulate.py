@@ -12,7 +12,7 @@ oracle of ``sync.hierarchy`` (groups of ranks), and ``sync.exchange_dtype`` is r
 the transport rounds it (:mod:`gossip_accel.sync.precision`). ``sync.stagger`` shifts each component's
 sync steps by its offset, and ``sync.overlap_steps`` = tau keeps the replicas' snapshots of a sync step
 t and applies their average (rule and merge, :mod:`gossip_accel.sync.overlap`) at t + tau, as the
-periodic engine does.
+periodic engine does (an int8/int4 ring: the payloads coded at t, decoded into the copies at t + tau).
 
 CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.sync.simulate``)
 compares the algorithms on the toy task of :mod:`gossip_accel.sync.toy` and prints a table.

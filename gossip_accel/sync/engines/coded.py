@@ -12,6 +12,10 @@ What a worker keeps so that a quantized message has a reference the receiver sha
   the copy of theta_j this rank holds (``copies[j]``), both updated by every message on the edge (CHOCO-SGD's
   public copies, kept per edge so a neighbour that is not chosen in a round misses nothing). Memory: 4 p N fp32.
 * ring, ``sync.quant_ring: params``: the parameters themselves with error feedback (one residual, N fp32).
+
+Overlapped (``sync.overlap_steps`` = tau, ring only): the messages are coded from the snapshot theta_t when the
+sync is posted (``sent[j]`` / the residual change then) and applied to ``copies[j]`` at t + tau; the payloads in
+flight are the exchange's (engines/overlap.py keeps the received ones until then and checkpoints them).
 """
 from __future__ import annotations
 

@@ -7,11 +7,14 @@ without waiting: an fp32 all-reduce with ``async_op`` on the full graph
 posted and waited for by the training thread in the same order on every rank, so no thread or
 stream of our own is needed on gloo. At step t + tau the engine waits, forms the average (the masked
 mean of the healthy ranks, or :func:`~gossip_accel.sync.worker.neighbour_mean` on the ring), applies
-the rule and merges with the live model (:func:`gossip_accel.sync.overlap.merge_`).
+the rule and merges with the live model (:func:`gossip_accel.sync.overlap.merge_`). With an int8/int4 wire
+the ring's messages are coded from the snapshot at t (:meth:`~.coded.CodedExchange.ring_items`) and
+decoded into this rank's copies at t + tau (:meth:`~.coded.CodedExchange.ring_received`).
 
 Memory: two fp32 copies of every carried component (the snapshot and the work buffer the average
-lands in), allocated once. A checkpoint completes the exchanges in flight (waits, applies nothing)
-and saves the snapshot and what arrived, so a resumed run applies them at t + tau exactly as the
+lands in), allocated once; an int8/int4 ring also holds the coded payloads in flight. A checkpoint
+completes the exchanges in flight (waits, applies nothing) and saves the snapshot and what arrived (int8/int4:
+the payloads, not yet applied to the copies), so a resumed run applies them at t + tau exactly as the
 uninterrupted run does.
 """
 from __future__ import annotations
