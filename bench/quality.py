@@ -135,6 +135,14 @@ SETTINGS: dict[str, tuple] = {
                                 ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.exchange_dtype=int4", "sync.quant_ring=params"]),
     "gossip_bmuf_int8_params": ("gossip-BMUF, int8 wire, parameters with error feedback (sync.quant_ring=params)",
                                 ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.exchange_dtype=int8", "sync.quant_ring=params"]),
+    # the int8/int4 ring overlapped: coded from theta_t at the sync step t, applied (delta merge) at t + 4
+    **{f"gossip_bmuf_{wire}_overlap4": (f"gossip-BMUF, {wire} wire, sync.overlap_steps=4 (delta)",
+                                        ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", f"sync.exchange_dtype={wire}",
+                                         "sync.overlap_steps=4"])
+       for wire in ("int8", "int4")},
+    "gossip_bmuf_int4_stagger_overlap4": ("gossip-BMUF, int4 wire, stagger and sync.overlap_steps=4 (delta)",
+                                          ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "sync.exchange_dtype=int4",
+                                           "sync.stagger=true", "sync.overlap_steps=4"]),
     # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
     "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
     "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
@@ -156,7 +164,8 @@ GRIDS = {
     "optimizers": ["ddp", "gossip_bmuf", "ddp_adam", "gossip_bmuf_adam", "ddp_sgd", "gossip_bmuf_sgd",
                    "ddp_sgd_0.3", "gossip_bmuf_sgd_0.3"],
     "quant": ["ddp", "bmuf_fp32", "bmuf_bf16", "bmuf_int8", "bmuf_int4", "gossip_bmuf_fp32", "gossip_bmuf_bf16",
-              "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params"],
+              "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params",
+              "gossip_bmuf_int8_overlap4", "gossip_bmuf_int4_overlap4", "gossip_bmuf_int4_stagger_overlap4"],
     "gossip": ["ddp", "bmuf", "gossip_bmuf", "gossip_bmuf_pair", "gossip_bmuf_12_96", "gossip_bmuf_pair_12_96",
                "gossip_bmuf_eta_0.8"],
 }

@@ -57,6 +57,10 @@ SETTINGS = {  # name -> sync overrides (the quick-start conf is (16,128))
     "bmuf-(16,128)-int4": ["algorithm=bmuf", "exchange_dtype=int4", "broadcast_initial=true"],
     "gossip_bmuf-(16,128)-int4": ["algorithm=gossip_bmuf", "exchange_dtype=int4", "broadcast_initial=true"],
     "gossip_bmuf-(16,128)-stagger-int4": ["algorithm=gossip_bmuf", "stagger=true", "exchange_dtype=int4", "broadcast_initial=true"],
+    # the int4 ring overlapped (coded from theta_t at t, applied at t + tau < 16, the smallest period)
+    **{f"gossip_bmuf-(16,128)-int4-stagger-overlap{tau}": ["algorithm=gossip_bmuf", "stagger=true", "exchange_dtype=int4",
+                                                          "broadcast_initial=true", f"overlap_steps={tau}"]
+       for tau in (4, 8)},
     "gossip_bmuf-(12,96)": ["algorithm=gossip_bmuf", "period=12", "components.0.period=96"],
     "easgd-(16,128)": ["algorithm=easgd", *NO_WARMUP_FP32_WIRE],
     "easgd_async-(16,128)": ["algorithm=easgd_async", *NO_WARMUP_FP32_WIRE],

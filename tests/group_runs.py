@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from gossip_accel import shutdown
 from gossip_accel.sync import toy
-from gossip_accel.sync.hierarchical import HierarchicalSynchronizer, make_synchronizer
+from gossip_accel.sync.hierarchical import make_synchronizer
 from gossip_accel.sync.simulate import HierarchicalCluster, SimulatedCluster
 from harness import BASE, DATA_SEED, initial_model, make_optimizer, model_state, spawn_with_timeout
 
@@ -39,6 +39,8 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
                               "sync.warmup_steps=6", "sync.warmup_period=2"], 21),
     "hier_gossip_bmuf_overlap": (6, ["sync.algorithm=gossip_bmuf", "sync.overlap_steps=3", "sync.stagger=true",
                                      "sync.seed=2"], 19),
+    "hier_gossip_bmuf_int4_overlap": (6, ["sync.algorithm=gossip_bmuf", "sync.overlap_steps=3", "sync.stagger=true",
+                                          "sync.seed=2", "sync.exchange_dtype=int4"], 19),
     # flat runs with a low-precision wire, and their fp32 twins for the byte counts
     "ma_fp32": (4, ["sync.algorithm=ma"], 17),
     "ma_bf16": (4, ["sync.algorithm=ma", "sync.exchange_dtype=bfloat16"], 17),
@@ -59,6 +61,28 @@ SCENARIOS: dict[str, tuple[int, list[str], int]] = {
                                     "sync.quant_ring=params"], 19),
     "hier_bmuf_int8": (4, ["sync.algorithm=bmuf", "sync.exchange_dtype=int8"], 17),
 }
+# the coded ring overlapped (sync.overlap_steps=2 on top of each blocking twin, engines/overlap.py): syncs of
+# 'rest' at 4, 8, 12, 16 (stagger: embedding.shard1 at 4, 12), applied 2 steps later; the last still in flight at 17
+CODED_RING = {
+    "gossip_bmuf_int4": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int4"], 17),
+    "gossip_bmuf_int4_stagger": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int4",
+                                     "sync.stagger=true", "sync.seed=1"], 17),
+    "gossip_bmuf_int8_params_warmup": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int8",
+                                           "sync.quant_ring=params", "sync.warmup_steps=4", "sync.warmup_period=2"], 17),
+    "gossip_bmuf_int8_params_stagger": (4, ["sync.algorithm=gossip_bmuf", "sync.p=1", "sync.q=1", "sync.exchange_dtype=int8",
+                                            "sync.quant_ring=params", "sync.stagger=true", "sync.seed=2"], 17),
+    "local_bmuf_int4": (4, ["sync.algorithm=local_bmuf", "sync.p=1", "sync.exchange_dtype=int4", "sync.quant_block=32"], 17),
+}
+#: overlapped scenario -> its blocking twin
+OVERLAPPED = {f"{name}_overlap": name for name in CODED_RING}
+
+
+def _overlapped(world: int, overrides: list[str], steps: int) -> tuple[int, list[str], int]:
+    return world, [*overrides, "sync.overlap_steps=2"], steps
+
+
+SCENARIOS.update(CODED_RING)
+SCENARIOS.update({name: _overlapped(*CODED_RING[twin]) for name, twin in OVERLAPPED.items()})
 
 
 def overrides_of(name: str) -> list[str]:
@@ -84,7 +108,9 @@ class PreparedBy:
 
 
 #: scenario -> step after which it is checkpointed, rebuilt from other weights and resumed
-RESUMED = {"hier_bmuf_warmup": 9, "hier_bmuf_int8": 9, "hier_bmuf_overlap": 11}  # hier_bmuf_overlap: posted at 10, applied at 12
+RESUMED = {"hier_bmuf_warmup": 9, "hier_bmuf_int8": 9, "hier_bmuf_overlap": 11,  # hier_bmuf_overlap: posted at 10, applied at 12
+           # coded exchanges in flight: posted at 8 (applied at 10), at 12 (applied at 14)
+           "gossip_bmuf_int4_stagger_overlap": 9, "gossip_bmuf_int8_params_warmup_overlap": 13}
 
 
 def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:
@@ -112,7 +138,7 @@ def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:
             saved = (model_state(model), opt.state_dict(), sync.state_dict())
             model = initial_model(rank + 100)
             opt = make_optimizer(model)
-            sync = HierarchicalSynchronizer(model, BASE, overrides_of(name))
+            sync = make_synchronizer(model, BASE, overrides_of(name))
             model.load_state_dict(saved[0])
             opt.load_state_dict(saved[1])
             sync.load_state_dict(saved[2])

@@ -348,7 +348,8 @@ def test_inner_state_with_overlap_is_refused():
 
 
 @pytest.mark.parametrize("overrides,match", [
-    (["sync.overlap_steps=2", "sync.exchange_dtype=int8"], "sync.overlap_steps=2 with sync.exchange_dtype=int8"),
+    (["sync.algorithm=bmuf", "sync.overlap_steps=2", "sync.exchange_dtype=int8"],
+     "sync.overlap_steps=2 with sync.exchange_dtype=int8 on the full graph (bmuf)"),
     (["sync.inner_state=average", "sync.exchange_dtype=int4"], "sync.inner_state=average with sync.exchange_dtype=int4"),
 ])
 def test_combinations_not_implemented_are_refused(overrides, match):

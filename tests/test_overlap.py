@@ -32,6 +32,10 @@ def test_the_three_merges():
     (["sync.overlap_steps=2", "sync.overlap_merge=avg"], "choose one of delta, mix, replace"),
     (["sync.overlap_mix=1.5"], r"must be in \[0, 1\]"),
     (["sync.algorithm=bmuf", "sync.overlap_steps=2", "sync.exchange_dtype=bfloat16"], "two-phase wire is blocking"),
+    (["sync.algorithm=ma", "sync.overlap_steps=2", "sync.exchange_dtype=int4"],
+     r"sync.overlap_steps=2 with sync.exchange_dtype=int4 on the full graph \(ma\) is not implemented"),
+    (["sync.algorithm=bmuf", "sync.overlap_steps=3", "sync.exchange_dtype=int8"],
+     r"sync.exchange_dtype=int8 on the full graph \(bmuf\) is not implemented \(its two-phase wire is blocking\)"),
     (["sync.algorithm=easgd", "sync.overlap_steps=2"], "sync.overlap_steps is implemented for ma, bmuf"),
 ])
 def test_bad_overlap_config_is_refused(overrides, match):
@@ -54,13 +58,18 @@ def const_run(overrides, steps=23, n=4):
     return before, torch.cat([p.detach().reshape(-1).clone() for p in models[0].parameters()])
 
 
-@pytest.mark.parametrize("algorithm", ["bmuf", "gossip_bmuf", "ma"])
-def test_delta_merge_of_a_state_independent_step_is_the_blocking_run(algorithm):
+@pytest.mark.parametrize("algorithm,wire", [
+    ("bmuf", []), ("gossip_bmuf", []), ("ma", []),
+    # the coded ring: the message of a sync at t is coded from theta_t, so it is the blocking run's message
+    ("gossip_bmuf", ["sync.exchange_dtype=int4", "sync.stagger=true"]),
+    ("local_ma", ["sync.exchange_dtype=int8", "sync.quant_ring=params", "sync.p=1"])],
+    ids=["bmuf", "gossip_bmuf", "ma", "gossip_bmuf-int4-stagger", "local_ma-int8-params"])
+def test_delta_merge_of_a_state_independent_step_is_the_blocking_run(algorithm, wire):
     """The derivation of docs/ALGORITHMS.md: with the delta merge, block k's G holds exactly the local steps
     (t_{k-1}, t_k], so omega and Delta follow the blocking run's sequence; when the local step does not depend
     on theta, the overlapped run equals the blocking one at every step outside the tau windows and at the end."""
     common = [f"sync.algorithm={algorithm}", "sync.block_momentum=0.9" if "bmuf" in algorithm else "sync.seed=0",
-              "sync.warmup_steps=6", "sync.warmup_period=2"]
+              "sync.warmup_steps=6", "sync.warmup_period=2", *wire]
     blocking_before, blocking = const_run(common)
     for tau in (1, 3):
         before, final = const_run([*common, f"sync.overlap_steps={tau}"])
@@ -100,6 +109,13 @@ def test_finalize_drains_the_exchanges_in_flight():
     assert not cluster.inflight
     for m in models[1:]:
         torch.testing.assert_close(m.hidden.weight, models[0].hidden.weight)
+
+
+@pytest.mark.parametrize("algorithm", ["gossip_ma", "gossip_bmuf", "local_ma", "local_bmuf"])
+def test_the_coded_ring_may_be_overlapped(algorithm):
+    for wire in ("sync.exchange_dtype=int8", "sync.exchange_dtype=int4"):
+        cfg = load_sync_config(BASE, [f"sync.algorithm={algorithm}", wire, "sync.overlap_steps=3", "sync.stagger=true"])
+        assert cfg.overlap_steps == 3
 
 
 def test_config_default_is_blocking():

@@ -15,7 +15,7 @@ import torch
 from gossip_accel.sync.config import ConfigError, load_sync_config
 from gossip_accel.sync.quantize import (Codec, apply_to_copy_, chunk_length, compress_, send_to_copy_,
                                         simulated_coded_mean)
-from group_runs import BASE, SCENARIOS, run, simulate
+from group_runs import BASE, OVERLAPPED, RESUMED, SCENARIOS, run, simulate
 from harness import assert_matches_oracle, model_state
 from test_exchange_dtype import train_sim
 
@@ -138,7 +138,10 @@ def test_coded_mean_of_equal_workers_is_their_common_outer_gradient():
 
 
 # -- real workers (tests/group_runs.py) --------------------------------------------------------------------
-QUANTIZED = ["ma_int4", "bmuf_int8_warmup", "gossip_bmuf_int8", "gossip_bmuf_int4_params", "hier_bmuf_int8"]
+# with the overlapped coded ring (sync.overlap_steps=2: coded from theta_t at t, decoded at t + tau), with and
+# without stagger, copies and params, a warm-up, local-BMUF and between groups (tests/group_runs.py, OVERLAPPED)
+QUANTIZED = ["ma_int4", "bmuf_int8_warmup", "gossip_bmuf_int8", "gossip_bmuf_int4_params", "hier_bmuf_int8", *OVERLAPPED,
+             "hier_gossip_bmuf_int4_overlap"]
 
 
 @pytest.mark.parametrize("name", QUANTIZED)
@@ -178,6 +181,30 @@ def test_gossip_bytes_are_the_payload(name, codec):
                 key = f"sync/bytes_{way}/{comp}"
                 assert fp32[rank]["metrics"][key] > 0
                 assert q[rank]["metrics"][key] == fp32[rank]["metrics"][key] / nbytes * codec.payload_bytes(numel)
+
+
+@pytest.mark.parametrize("name", list(OVERLAPPED))
+def test_overlapped_coded_ring_sends_the_blocking_bytes(name):
+    """The same coded payloads as the blocking twin (every exchange posted, the last drained by finalize), counted
+    alike; the run itself is not the blocking one (the average lands tau steps later)."""
+    over, blocking = run(name), run(OVERLAPPED[name])
+    for rank in range(len(over)):
+        keys = [k for k in blocking[rank]["metrics"] if k.startswith("sync/bytes_")]
+        assert keys and blocking[rank]["metrics"]["sync/bytes_sent"] > 0
+        assert {k: over[rank]["metrics"][k] for k in keys} == {k: blocking[rank]["metrics"][k] for k in keys}
+        assert (over[rank]["before"]["hidden.weight"] - blocking[rank]["before"]["hidden.weight"]).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("name", [n for n in RESUMED if n in OVERLAPPED])
+def test_resume_with_a_coded_exchange_in_flight_is_bit_exact(name):
+    """A checkpoint taken with a coded ring exchange in flight (its payloads, the senders' updated copies or
+    residuals, the receivers' copies not yet updated) resumes to the uninterrupted run bit for bit."""
+    for rank, (a, b) in enumerate(zip(run(f"resumed_{name}"), run(name))):
+        for when in ("before", "final"):
+            assert a[when].keys() == b[when].keys()
+            for k in a[when]:
+                assert torch.equal(a[when][k], b[when][k]), f"resumed {name} rank {rank} {when} {k}"
+        assert a["metrics"]["sync/bytes_sent"] == b["metrics"]["sync/bytes_sent"]
 
 
 def test_resumed_quantized_run_equals_uninterrupted():

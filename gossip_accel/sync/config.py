@@ -416,10 +416,6 @@ def _validate_overlap(cfg: SyncConfig) -> None:
         raise ConfigError(f"sync.overlap_steps={tau} with sync.exchange_dtype={cfg.exchange_dtype} on the full graph "
                           f"({cfg.algorithm}) is not implemented (its two-phase wire is blocking); "
                           "use sync.exchange_dtype=float32 or a gossip algorithm")
-    if tau > 0 and cfg.exchange_dtype in ("int8", "int4"):
-        raise ConfigError(f"sync.overlap_steps={tau} with sync.exchange_dtype={cfg.exchange_dtype} is not implemented "
-                          "(the coded exchange and its error feedback are blocking); use sync.overlap_steps=0 or a "
-                          "float wire")
 
 
 def _validate_outer_optimizer(cfg: SyncConfig) -> None:

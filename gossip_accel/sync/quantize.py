@@ -33,6 +33,8 @@ both sides add it to the copy:
     hat <- hat + D(Q(theta_i - hat))                             (:func:`send_to_copy_`, :func:`apply_to_copy_`)
 
 the copy is within one quantization step of theta_i, and theta_i - hat is carried to the next message.
+A gossip round is :func:`ring_send` at the senders and :func:`ring_receive` at the receivers; an overlapped
+sync (``sync.overlap_steps`` = tau) calls the first at its post step t and the second at t + tau.
 """
 from __future__ import annotations
 
@@ -139,6 +141,28 @@ def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torc
     payload = codec.encode((theta - copy).unsqueeze(0))
     apply_to_copy_(codec, copy, payload)
     return payload
+
+
+# -- the ring: one worker's messages of a gossip round and what its receivers make of them -------------------------
+def ring_send(codec: Codec, theta: torch.Tensor, state: dict[str, torch.Tensor], send_to: Sequence[int],
+              scheme: str) -> list[torch.Tensor]:
+    """Worker i's payloads of a gossip round, coded from ``theta`` (1-D; theta_t of the post step when the
+    exchange is overlapped): ``copies``: Q(theta - sent.j) for each receiver j of ``send_to``, the sender's
+    copy sent.j updated now (:func:`send_to_copy_`); ``params``: one Q(theta + e) for all of them, the
+    residual ``ring_residual`` updated now (:func:`compress_`; no message, no update, when no one pulls)."""
+    if scheme == "copies":
+        return [send_to_copy_(codec, theta, state[f"sent.{dst}"]) for dst in send_to]
+    return [compress_(codec, theta.unsqueeze(0), state["ring_residual"])] if send_to else []
+
+
+def ring_receive(codec: Codec, state: dict[str, torch.Tensor], recv_from: Sequence[int],
+                 payloads: Sequence[torch.Tensor], numel: int, scheme: str) -> list[torch.Tensor]:
+    """Worker k's fp32 copies of the neighbours ``recv_from`` from their ``payloads`` (same order), when the
+    messages are applied (the post step, or t + tau overlapped): ``copies``: copy.j <- copy.j + D(payload)
+    (:func:`apply_to_copy_`; the state tensors themselves are returned), ``params``: D(payload)."""
+    if scheme == "copies":
+        return [apply_to_copy_(codec, state[f"copy.{src}"], p.reshape(1, -1)) for src, p in zip(recv_from, payloads)]
+    return [codec.decode(p.reshape(1, -1), numel)[0] for p in payloads]
 
 
 # -- the all-reduce family: a quantized reduce-scatter + all-gather of the outer gradient -----------------------

@@ -12,7 +12,7 @@ oracle of ``sync.hierarchy`` (groups of ranks), and ``sync.exchange_dtype`` is r
 the transport rounds it (:mod:`gossip_accel.sync.precision`). ``sync.stagger`` shifts each component's
 sync steps by its offset, and ``sync.overlap_steps`` = tau keeps the replicas' snapshots of a sync step
 t and applies their average (rule and merge, :mod:`gossip_accel.sync.overlap`) at t + tau, as the
-periodic engine does.
+periodic engine does (an int8/int4 ring: the payloads coded at t, decoded into the copies at t + tau).
 
 CLI: ``gossip-simulate --workers 8 --steps 400`` (or ``python -m gossip_accel.sync.simulate``)
 compares the algorithms on the toy task of :mod:`gossip_accel.sync.toy` and prints a table.
@@ -33,7 +33,7 @@ from .health import neighbour_mean_
 from .inner_state import AVERAGING_EVENTS, as_component, reset_, state_slices
 from .overlap import merge_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
-from .quantize import apply_to_copy_, codec_of, coded_state, compress_, send_to_copy_, simulated_coded_mean
+from .quantize import codec_of, coded_state, ring_receive, ring_send, simulated_coded_mean
 from .schedule import event_at, needs_gradient_allreduce, stagger_offsets
 from .topology import RingTopology, make_topology
 from .warmup import mean_gradients_, restart_slots
@@ -96,15 +96,17 @@ class SimulatedCluster:
         self.on_reset: Optional[Callable[[int, list[str]], None]] = None  # (rank, parameter names)
         self.nonfinite_dropped = [0] * n
         self.pending = None  # delay-by-one: (component indices, pairs, {k: {ci: sent model}})
-        self.inflight: list[tuple[int, int, Any, list[torch.Tensor]]] = []  # overlap: (apply_at, ci, event, snapshots)
+        # overlap: (apply_at, ci, event, snapshots, the int8/int4 ring payloads or None)
+        self.inflight: list[tuple[int, int, Any, list[torch.Tensor], Optional[dict]]] = []
 
     def _with_buffers(self, k: int):
         return self.comps[k] + ([self.bufs[k]] if self.bufs[k] is not None else [])
 
-    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int
-                  ) -> list[tuple[torch.Tensor, str, bool]]:
+    def _averages(self, thetas: list[torch.Tensor], kind: str, ci: int, round_: int,
+                  payloads: Optional[dict] = None) -> list[tuple[torch.Tensor, str, bool]]:
         """(theta_bar, rule, reset?) for every worker: the global mean, or Algorithm 1 line 8 on the ring; with
-        ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/sync/health.py)."""
+        ``sync.nonfinite`` non-finite replicas are left out and reset (gossip_accel/sync/health.py). int8/int4
+        ring: the ``payloads`` of :meth:`_ring_send` (coded at the post step; now when not given)."""
         name = self.comps[0][ci].name
         slots_bad = [health.slots_sick(self.slots[k].get(name)) for k in range(self.n)]
         if kind != "sync" or not isinstance(self.topology, RingTopology):
@@ -117,10 +119,14 @@ class SimulatedCluster:
                     mean.mul_(self.n / sick.count(False))
             return [(mean.clone(), "warmup_end" if sick[k] and slots_bad[k] else kind, sick[k]) for k in range(self.n)]
         plan = self.topology.plan(ci, round_)
+        if self.coded and payloads is None:
+            payloads = self._ring_send(thetas, ci, round_)
         out = []
         for k in range(self.n):
             bar = thetas[k].clone()
-            received = ([self._coded_received(thetas, name, j, k, plan) for j in plan.recv_from[k]] if self.coded else
+            received = (ring_receive(self.codec, self.coded[k][name], plan.recv_from[k],
+                                     [payloads[j, k] for j in plan.recv_from[k]], bar.numel(), self.cfg.quant_ring)
+                        if self.coded else
                         [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]])
             dropped, source = neighbour_mean(self.cfg.nonfinite, k, self.t, name, bar, received, plan.recv_from[k],
                                              slots_bad[k])
@@ -147,16 +153,16 @@ class SimulatedCluster:
                 st["ref"].copy_(mean)
         return mean
 
-    def _coded_received(self, thetas: list[torch.Tensor], name: str, j: int, k: int, plan) -> torch.Tensor:
-        """Worker k's copy of worker j after j's int8/int4 message of this round (engines/coded.py): the edge's
-        public copy (copies) or j's parameters with error feedback (params, one message for all receivers)."""
-        if self.cfg.quant_ring == "copies":
-            payload = send_to_copy_(self.codec, thetas[j], self.coded[j][name][f"sent.{k}"])
-            return apply_to_copy_(self.codec, self.coded[k][name][f"copy.{j}"], payload)
-        if (j, name) not in self._ring_payloads:
-            self._ring_payloads[(j, name)] = compress_(self.codec, thetas[j].unsqueeze(0),
-                                                       self.coded[j][name]["ring_residual"])
-        return self.codec.decode(self._ring_payloads[(j, name)], thetas[j].numel())[0]
+    def _ring_send(self, thetas: list[torch.Tensor], ci: int, round_: int) -> dict[tuple[int, int], torch.Tensor]:
+        """Every worker j's int8/int4 messages of gossip round ``round_`` coded from ``thetas`` (quantize.ring_send,
+        as engines/coded.py: the senders' copies / residuals change now): (j, receiver) -> payload."""
+        name, plan = self.comps[0][ci].name, self.topology.plan(ci, round_)
+        out = {}
+        for j in range(self.n):
+            sent = ring_send(self.codec, thetas[j], self.coded[j][name], plan.send_to[j], self.cfg.quant_ring)
+            for i, dst in enumerate(plan.send_to[j]):  # params: one payload for every receiver
+                out[j, dst] = sent[i if self.cfg.quant_ring == "copies" else 0]
+        return out
 
     def _healthy_mean(self, vals: list[torch.Tensor], comps: list) -> tuple[torch.Tensor, list[bool]]:
         """The full-graph mean over the healthy replicas (value and BMUF slots finite); the sick ones are
@@ -203,7 +209,9 @@ class SimulatedCluster:
             thetas = [self.comps[k][ci].gather().clone() for k in range(self.n)]
             if cfg.overlap_steps > 0 and ev.kind == "sync":  # posted now, applied at t + tau
                 self._check_full_graph(thetas, ci)
-                self.inflight.append((self.t + cfg.overlap_steps, ci, ev, thetas))
+                ring = bool(self.coded) and isinstance(self.topology, RingTopology)  # int8/int4: coded now, decoded then
+                self.inflight.append((self.t + cfg.overlap_steps, ci, ev, thetas,
+                                      self._ring_send(thetas, ci, ev.round) if ring else None))
             else:
                 self._apply_averages(ci, ev, thetas)
             if cfg.inner_state != "keep" and ev.kind in AVERAGING_EVENTS:
@@ -212,11 +220,12 @@ class SimulatedCluster:
                                                  warmup_kind=cfg.warmup_kind):
             self._sync_buffers()
 
-    def _apply_averages(self, ci: int, ev: Any, thetas: list[torch.Tensor], overlapped: bool = False) -> None:
+    def _apply_averages(self, ci: int, ev: Any, thetas: list[torch.Tensor], overlapped: bool = False,
+                        payloads: Optional[dict] = None) -> None:
         """Every worker's rule on its average of ``thetas``; overlapped: merged with its live model."""
         cfg = self.cfg
-        self._coded_follows, self._ring_payloads = False, {}  # int8/int4 (set by _averages)
-        for k, (bar, kind, reset) in enumerate(self._averages(thetas, ev.kind, ci, ev.round)):
+        self._coded_follows = False  # int8/int4 (set by _averages)
+        for k, (bar, kind, reset) in enumerate(self._averages(thetas, ev.kind, ci, ev.round, payloads)):
             name = self.comps[k][ci].name
             new = new_local_model(kind, bar, self.slots[k].get(name), self.block_momentum, cfg.block_lr, cfg.nesterov)
             if self._coded_follows:  # int8/int4: the new model is the next block's reference
@@ -230,8 +239,8 @@ class SimulatedCluster:
         """The overlapped syncs due at step t (all when t is None: before the final average), in post order."""
         due = [f for f in self.inflight if t is None or f[0] == t]
         self.inflight = [f for f in self.inflight if not (t is None or f[0] == t)]
-        for _, ci, ev, thetas in due:
-            self._apply_averages(ci, ev, thetas, overlapped=True)
+        for _, ci, ev, thetas, payloads in due:
+            self._apply_averages(ci, ev, thetas, overlapped=True, payloads=payloads)
 
     def _check_full_graph(self, thetas: list[torch.Tensor], ci: int) -> None:
         """An overlapped full-graph sync: the engine's flag all-reduce at the post step raises per the policy."""

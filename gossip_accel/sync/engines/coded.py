@@ -12,6 +12,10 @@ What a worker keeps so that a quantized message has a reference the receiver sha
   the copy of theta_j this rank holds (``copies[j]``), both updated by every message on the edge (CHOCO-SGD's
   public copies, kept per edge so a neighbour that is not chosen in a round misses nothing). Memory: 4 p N fp32.
 * ring, ``sync.quant_ring: params``: the parameters themselves with error feedback (one residual, N fp32).
+
+Overlapped (``sync.overlap_steps`` = tau, ring only): the messages are coded from the snapshot theta_t when the
+sync is posted (``sent[j]`` / the residual change then) and applied to ``copies[j]`` at t + tau; the payloads in
+flight are the exchange's (engines/overlap.py keeps the received ones until then and checkpoints them).
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import torch
 
 from ..comm import Exchange
 from ..components import Component
-from ..quantize import Codec, apply_to_copy_, coded_state, compress_, send_to_copy_
+from ..quantize import Codec, coded_state, ring_receive, ring_send
 
 
 class CodedExchange:
@@ -52,31 +56,28 @@ class CodedExchange:
             self.state[comp.name]["ref"].copy_(new)
 
     # -- the ring -------------------------------------------------------------------------------
-    def ring_items(self, comp: Component, send_to: Sequence[int], recv_from: Sequence[int]) -> list[Exchange]:
-        """The messages of this rank in a gossip round of ``comp`` (comp.flat holds theta_i): one payload per
-        receiver (copies) or one for all (params), and the receive buffers of the chosen neighbours."""
-        st, codec, numel = self.state[comp.name], self.codec, comp.flat.numel()
-        items = []
-        if self.ring_scheme == "copies":
-            for dst in send_to:
-                items.append(Exchange(comp.name, comp.index, send_to_copy_(codec, comp.flat, st[f"sent.{dst}"]),
-                                      [dst], [], []))
-        elif send_to:
-            items.append(Exchange(comp.name, comp.index, compress_(codec, comp.flat.unsqueeze(0), st["ring_residual"]),
-                                  list(send_to), [], []))
+    def ring_items(self, comp: Component, send_to: Sequence[int], recv_from: Sequence[int],
+                   theta: Optional[torch.Tensor] = None) -> list[Exchange]:
+        """The messages of this rank in a gossip round of ``comp``, coded now from ``theta`` (default comp.flat,
+        theta_i; an overlapped sync passes its snapshot theta_t): one payload per receiver (copies) or one for
+        all (params), and fresh receive buffers for the chosen neighbours' payloads (kept by the caller until
+        :meth:`ring_received`)."""
+        st, codec = self.state[comp.name], self.codec
+        theta = comp.flat if theta is None else theta
+        payloads = ring_send(codec, theta, st, send_to, self.ring_scheme)
+        targets = [[dst] for dst in send_to] if self.ring_scheme == "copies" else [list(send_to)]
+        items = [Exchange(comp.name, comp.index, p, to, [], []) for p, to in zip(payloads, targets)]
         if recv_from:
-            bufs = [torch.empty(codec.payload_bytes(numel), dtype=torch.uint8, device=comp.flat.device)
+            bufs = [torch.empty(codec.payload_bytes(theta.numel()), dtype=torch.uint8, device=theta.device)
                     for _ in recv_from]
             items.append(Exchange(comp.name, comp.index, bufs[0], [], list(recv_from), bufs))
         return items
 
-    def ring_received(self, comp: Component, items: Sequence[Exchange]) -> list[torch.Tensor]:
-        """The fp32 copies of the chosen neighbours after the round (in the order of their ranks)."""
-        got = [(src, buf) for it in items for src, buf in zip(it.recv_from, it.recv_buffers)]
-        if self.ring_scheme == "copies":
-            st = self.state[comp.name]
-            return [apply_to_copy_(self.codec, st[f"copy.{src}"], buf.unsqueeze(0)) for src, buf in got]
-        return [self.codec.decode(buf.unsqueeze(0), comp.flat.numel())[0] for _, buf in got]
+    def ring_received(self, comp: Component, recv_from: Sequence[int], payloads: Sequence[torch.Tensor]
+                      ) -> list[torch.Tensor]:
+        """The fp32 copies of the neighbours ``recv_from`` from their arrived ``payloads``: the copies scheme
+        updates this rank's copy of each of them now (at t + tau when the exchange was overlapped)."""
+        return ring_receive(self.codec, self.state[comp.name], recv_from, payloads, comp.flat.numel(), self.ring_scheme)
 
     def state_dict(self) -> dict:
         return {name: {k: v.clone() for k, v in st.items()} for name, st in self.state.items()}

@@ -7,11 +7,14 @@ without waiting: an fp32 all-reduce with ``async_op`` on the full graph
 posted and waited for by the training thread in the same order on every rank, so no thread or
 stream of our own is needed on gloo. At step t + tau the engine waits, forms the average (the masked
 mean of the healthy ranks, or :func:`~gossip_accel.sync.worker.neighbour_mean` on the ring), applies
-the rule and merges with the live model (:func:`gossip_accel.sync.overlap.merge_`).
+the rule and merges with the live model (:func:`gossip_accel.sync.overlap.merge_`). With an int8/int4 wire
+the ring's messages are coded from the snapshot at t (:meth:`~.coded.CodedExchange.ring_items`) and
+decoded into this rank's copies at t + tau (:meth:`~.coded.CodedExchange.ring_received`).
 
 Memory: two fp32 copies of every carried component (the snapshot and the work buffer the average
-lands in), allocated once. A checkpoint completes the exchanges in flight (waits, applies nothing)
-and saves the snapshot and what arrived, so a resumed run applies them at t + tau exactly as the
+lands in), allocated once; an int8/int4 ring also holds the coded payloads in flight. A checkpoint
+completes the exchanges in flight (waits, applies nothing) and saves the snapshot and what arrived (int8/int4:
+the payloads, not yet applied to the copies), so a resumed run applies them at t + tau exactly as the
 uninterrupted run does.
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ class InFlight:
     apply_at: int
     handle: Any = None  # PendingAllreduce / PendingExchange; None once completed and restored
     recv_from: list[int] = field(default_factory=list)  # ring: the ranks whose copies arrive
+    received: list[torch.Tensor] = field(default_factory=list)  # ring: their receive buffers (int8/int4: payloads)
     sick: bool = False  # full graph: this rank's snapshot was sick (it sent zeros)
     healthy: Optional[int] = None  # full graph: the healthy ranks of the verdict (None: no check)
 
@@ -66,17 +70,23 @@ class OverlapQueue:
                                       sick=sick, healthy=verdict.healthy(j) if verdict is not None else None))
 
     def post_ring(self, due: Due) -> None:
-        """Algorithm 1 lines 7-8 posted for all due components in one batched exchange of their snapshots."""
-        ctx = self.ctx
+        """Algorithm 1 lines 7-8 posted for all due components in one batched exchange of their snapshots
+        (int8/int4: coded from the snapshot now, sender's copies / residual updated now; coded.py)."""
+        ctx, coded = self.ctx, self.ctx.coded
         items, posted = [], []
         for comp, ev in due:
             plan = ctx.topology.plan(comp.index, ev.round)
             snap = self.snapshot[comp.name].copy_(comp.gather())
-            send = self.send[comp.name].copy_(snap) if comp.name in self.send else snap  # the wire
             recv_from = list(plan.recv_from[ctx.rank])
-            items.append(Exchange(comp.name, comp.index, send, plan.send_to[ctx.rank], recv_from,
-                                  self.recv[comp.name][:len(recv_from)]))
-            posted.append(InFlight(comp, ev, ctx.t + self.tau, recv_from=recv_from))
+            if coded is not None:
+                its = coded.ring_items(comp, plan.send_to[ctx.rank], recv_from, snap)
+            else:
+                send = self.send[comp.name].copy_(snap) if comp.name in self.send else snap  # the wire
+                its = [Exchange(comp.name, comp.index, send, plan.send_to[ctx.rank], recv_from,
+                                self.recv[comp.name][:len(recv_from)])]
+            items.extend(its)
+            posted.append(InFlight(comp, ev, ctx.t + self.tau, recv_from=recv_from,
+                                   received=[buf for it in its for buf in it.recv_buffers]))
         handle = ctx.comm.exchange_start(items)
         for f in posted:
             f.handle = handle
@@ -107,8 +117,8 @@ class OverlapQueue:
         if not self.ring or f.event.kind != "sync":
             return work, ctx.masked_result(comp, work, f.event.kind, f.sick, f.healthy), f.sick
         bar = work.copy_(snap)
-        dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, bar,
-                                         self.recv[comp.name][:len(f.recv_from)], f.recv_from,
+        received = f.received if ctx.coded is None else ctx.coded.ring_received(comp, f.recv_from, f.received)
+        dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, bar, received, f.recv_from,
                                          health.slots_sick(ctx.slots.get(comp.name)))
         ctx.metrics.nonfinite_dropped += dropped
         if source is not None:
@@ -125,8 +135,8 @@ class OverlapQueue:
             entry = {"apply_at": f.apply_at, "kind": f.event.kind, "round": f.event.round, "sick": f.sick,
                      "healthy": f.healthy, "recv_from": list(f.recv_from),
                      "snapshot": self.snapshot[name].cpu().clone()}
-            if self.ring:
-                entry["recv"] = [r.cpu().clone() for r in self.recv[name][:len(f.recv_from)]]
+            if self.ring:  # the arrived copies (int8/int4: payloads, applied to this rank's copies at apply_at)
+                entry["recv"] = [r.cpu().clone() for r in f.received]
             else:
                 entry["work"] = self.work[name].cpu().clone()
             out[name] = entry
@@ -138,12 +148,14 @@ class OverlapQueue:
         for name, e in state.items():
             comp = by_name[name]
             self.snapshot[name].copy_(e["snapshot"])
-            if self.ring:
-                for buf, r in zip(self.recv[name], e["recv"]):
-                    buf.copy_(r)
+            received = []
+            if self.ring and self.ctx.coded is not None:
+                received = [r.to(comp.flat.device) for r in e["recv"]]
+            elif self.ring:
+                received = [buf.copy_(r) for buf, r in zip(self.recv[name], e["recv"])]
             else:
                 self.work[name].copy_(e["work"])
             self.inflight.append(InFlight(comp, Event(e["kind"], int(e["round"])), int(e["apply_at"]),
-                                          recv_from=list(e["recv_from"]), sick=bool(e["sick"]),
+                                          recv_from=list(e["recv_from"]), received=received, sick=bool(e["sick"]),
                                           healthy=e["healthy"]))
         self.inflight.sort(key=lambda f: (f.apply_at, f.comp.index))

@@ -7,7 +7,7 @@ in one batched exchange for the local/gossip variants; then the update rule of `
 (:func:`~gossip_accel.sync.algorithms.new_local_model`: lines 9-16) writes the new local model.
 One flag all-reduce per step covers the full-graph components and the buffers (health.py).
 With ``sync.overlap_steps`` = tau > 0 a ``sync`` event is posted instead and applied tau steps later
-(:mod:`.overlap`); warm-up averages stay blocking.
+(:mod:`.overlap`; on the ring also with an int8/int4 wire); warm-up averages stay blocking.
 """
 from __future__ import annotations
 
@@ -127,8 +127,9 @@ class PeriodicEngine(Engine):
         ctx.comm.exchange([it for its in items for it in its])
         for (comp, ev), its in zip(due, items):
             recv_from = [src for it in its for src in it.recv_from]
-            received = (coded.ring_received(comp, its) if coded is not None
-                        else [buf for it in its for buf in it.recv_buffers])
+            received = [buf for it in its for buf in it.recv_buffers]
+            if coded is not None:
+                received = coded.ring_received(comp, recv_from, received)
             dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, comp.flat,
                                              received, recv_from, health.slots_sick(ctx.slots.get(comp.name)))
             ctx.metrics.nonfinite_dropped += dropped
