@@ -56,6 +56,15 @@ def test_ddp_is_the_default_baseline_and_never_compared_with_itself():
     assert tagged["ppl vs ddp-n4"] == "-5.0%"
 
 
+def test_of_several_ddp_runs_the_untagged_one_is_the_baseline_and_the_others_are_named():
+    tagged_ddp = [result("ddp-n4-s2", sent=8e6, enabled=False), result("ddp-n4-keep16", sent=8e6, enabled=False)]
+    base, said = choose_baseline([GOSSIP, *tagged_ddp, DDP], "ddp")
+    assert base is DDP
+    assert said == ("Baseline: ddp-n4 (of 3 ddp runs: ddp-n4-s2, ddp-n4-keep16, ddp-n4; "
+                    "--baseline NAME picks another).")
+    assert choose_baseline([GOSSIP, *tagged_ddp, DDP], "ddp-n4-s2")[0] is tagged_ddp[0]
+
+
 def test_without_ddp_the_single_run_is_the_baseline():
     base, said = choose_baseline([GOSSIP, SINGLE], "ddp")
     assert base is SINGLE and "single-n1" in said and "no DDP run" in said

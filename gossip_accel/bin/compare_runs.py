@@ -7,7 +7,8 @@ Reads each run's ``results.json`` (written by gossip_accel.bin.train_lm) and wri
 against the MB each worker has sent by the end of each epoch, and against training time.
 
 Every run is compared with one baseline run (``--baseline``): ``ddp`` (the default) is the DDP
-run if there is one, else the single-worker run; ``single`` the single-worker run; any other
+run if there is one (of several, the one with the shortest name: the untagged run), else the
+single-worker run; ``single`` the single-worker run; any other
 value the run of that name (or, failing that, the first run of that algorithm); ``none`` none.
 Without a baseline the table says so and has no "vs" columns; the baseline's own row says
 "baseline", never a comparison with itself.
@@ -51,9 +52,15 @@ def choose_baseline(rows: list[dict], baseline: str) -> tuple[dict | None, str]:
     if baseline in ("ddp", "single"):
         kinds = ("ddp", "single") if baseline == "ddp" else ("single",)
         for kind in kinds:
-            row = first(lambda r, k=kind: reference_kind(r) == k)
-            if row is not None:
-                return row, f"Baseline: {row['name']}" + ("." if kind == baseline else " (there is no DDP run).")
+            found = [r for r in rows if reference_kind(r) == kind]
+            if found:
+                # several (tagged runs share an exp dir): the untagged one, i.e. the shortest name
+                row = min(found, key=lambda r: len(r["name"]))
+                said = f"Baseline: {row['name']}" + ("" if kind == baseline else " (there is no DDP run)")
+                if len(found) > 1:
+                    said += (f" (of {len(found)} {kind} runs: {', '.join(r['name'] for r in found)}; "
+                             "--baseline NAME picks another)")
+                return row, said + "."
         return None, f"No baseline: no {' or '.join(kinds)} run among the {len(rows)} compared."
     row = first(lambda r: r["name"] == baseline) or first(lambda r: r.get("algorithm") == baseline)
     if row is None:
