@@ -244,6 +244,11 @@ def assert_matches_simulator(name: str) -> None:
         assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
 
 
+def largest_difference(name: str, other: str, key: str = "hidden.weight") -> float:
+    """max |a - b| of ``key`` on rank 0 before the final average, between the runs of two scenarios."""
+    return float((run(name)[0]["before"][key] - run(other)[0]["before"][key]).abs().max())
+
+
 def rewired() -> list[list[Optional[str]]]:
     """Per rank, what each REWIRED resume said (the 4-worker spawn)."""
     return results(4)["rewired"]
