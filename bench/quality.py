@@ -17,9 +17,11 @@ no warm-up, one-way pull), ``rule`` takes eta from eq. 6, and every other ``knob
 one or two things from ``rule``.
 
 Output: a markdown table (mean and spread over seeds of valid/test perplexity, MB sent per step
-and worker, ratio to DDP's bytes and perplexity), ``bench/results/quality_<corpus>_<grid>_e<epochs>-n<workers>.json`` (and ``.md``),
-and three plots beside it: validation perplexity per epoch, against MB sent per worker, and
-against the wall-clock the run would take on the emulated 100 Mbit/20 ms network when
+and worker, ratio to DDP's bytes and perplexity), ``bench/results/quality_<corpus>_<grid>_e<epochs>-n<workers>.json`` (and ``.md``;
+``<grid>`` is ``settings`` for ``--settings``/``--set``), and three plots beside it. The file accumulates: a call's rows (one per
+setting and seed) replace the file's rows of the same setting and seed and join the others, so two ``--settings``
+calls with the same corpus, epochs and workers leave one file with both (bench/quality_summary.py). The plots
+(every setting of the file): validation perplexity per epoch, against MB sent per worker, and against the wall-clock the run would take on the emulated 100 Mbit/20 ms network when
 ``--speeds`` names a ``bench/cluster_bench.py`` JSON (steps/s measured there for the same
 algorithm and periods x this run's steps; the plot says so). Benchmarks assert nothing.
 """
@@ -28,16 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench import machine_load  # noqa: E402
+from bench.quality_summary import load_summary, merge, plot_series, seed_row  # noqa: E402
 
 RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
 RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
@@ -276,36 +279,6 @@ def setting_confs(name: str) -> list[str]:
     return list(entry[2]) if len(entry) > 2 else []
 
 
-def spread(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
-
-
-def summarize(runs: dict[str, list[dict]]) -> list[dict]:
-    """One row per setting: mean and standard deviation over its seeds."""
-    base = [r for r in runs.get("ddp", []) if "failed" not in r]
-    ddp_bytes = statistics.fmean(r["bytes_sent_per_step_per_worker"] for r in base) if base else None
-    ddp_ppl = statistics.fmean(r["final_test_ppl"] for r in base) if base else None
-    rows = []
-    for name, rs in runs.items():
-        failed = [r for r in rs if "failed" in r]
-        rs = [r for r in rs if "failed" not in r]
-        if failed:
-            rows.append({"setting": name, "what": SETTINGS[name][0], "seeds": len(failed), "failed": True})
-        if not rs:
-            continue
-        test, test_sd = spread([r["final_test_ppl"] for r in rs])
-        valid, valid_sd = spread([r["final_valid_ppl"] for r in rs])
-        mb = statistics.fmean(r["bytes_sent_per_step_per_worker"] for r in rs)
-        rows.append({"setting": name, "what": SETTINGS[name][0], "seeds": len(rs), "workers": rs[0]["workers"],
-                     "algorithm": rs[0]["algorithm"], "periods": rs[0]["periods"],
-                     "eta": (rs[0].get("sync") or {}).get("block_momentum"),
-                     "valid_ppl": valid, "valid_ppl_sd": valid_sd, "test_ppl": test, "test_ppl_sd": test_sd,
-                     "mb_per_step": mb / 1e6, "steps_per_worker": rs[0]["steps_per_worker"],
-                     "bytes_vs_ddp": mb / ddp_bytes if ddp_bytes else None,
-                     "ppl_vs_ddp": test / ddp_ppl if ddp_ppl else None})
-    return rows
-
-
 def markdown(rows: list[dict], title: str) -> str:
     def pm(m, s):
         return f"{m:.2f}" if not s else f"{m:.2f} ± {s:.2f}"
@@ -334,14 +307,9 @@ def cluster_speeds(path: Path, network: str) -> dict[str, float]:
     raise SystemExit(f"[quality] --speeds {path}: no network {network!r} in it")
 
 
-def curve(res: dict) -> list[tuple[int, float, float]]:
-    """(epoch, cumulative bytes sent per worker, valid ppl of the averaged model where recorded)."""
-    per_step = res["bytes_sent_per_step_per_worker"]
-    return [(h["epoch"], per_step * h["step"], h.get("valid_ppl", h.get("valid_ppl_replicas")))
-            for h in res["history"]]
-
-
-def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, float], network: str) -> list[Path]:
+def plot(series: list[tuple[str, str, list, Optional[list]]], stem: Path, title: str, speeds: dict[str, float],
+         network: str) -> list[Path]:
+    """The curves of :func:`bench.quality_summary.plot_series` (every setting of the summary file)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -351,13 +319,7 @@ def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, 
     if speeds:
         panels.append((f"wall-clock on {network}, s (projected: measured steps/s x steps)", "wall"))
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
-    for i, (name, rs) in enumerate(runs.items()):
-        rs = [r for r in rs if "failed" not in r]
-        if not rs:
-            continue
-        res = rs[0]  # the first seed's curve
-        pts = curve(res)
-        key = "ddp" if name == "ddp" else f"{res['algorithm']}-{res['periods']}"
+    for i, (name, key, pts, steps) in enumerate(series):
         for ax, (label, kind) in zip(axes[0], panels):
             if kind == "epoch":
                 xs = [e for e, _, _ in pts]
@@ -365,9 +327,9 @@ def plot(runs: dict[str, list[dict]], stem: Path, title: str, speeds: dict[str, 
                 xs = [max(b / 1e6, 1e-3) for _, b, _ in pts]
                 ax.set_xscale("log")
             else:
-                if key not in speeds or name == "single":
+                if key not in speeds or name == "single" or steps is None:
                     continue
-                xs = [h["step"] / speeds[key] for h in res["history"]]
+                xs = [step / speeds[key] for step in steps]
             ax.plot(xs, [p for _, _, p in pts], marker="o", label=name, color=f"C{i % 10}")
             ax.set_xlabel(label)
     for ax in axes[0]:
@@ -388,35 +350,29 @@ def main(argv=None) -> None:
     recipe = RECIPES[args.corpus]
     data = ensure_data(recipe) if not args.report_only else recipe / "data" / "lm"
     tag = f"e{args.epochs}-n{args.workers}"
-    runs: dict[str, list[dict]] = {}
+    new_rows = []
     for name in args.names:
-        runs[name] = []
+        definition = [*SETTINGS[name][1], *setting_confs(name), *args.extra]
         for seed in args.seeds:
             res = run_one(recipe, data, args.work / args.corpus / tag / f"{name}-s{seed}", name, seed, args)
             if res:
-                runs[name].append(res)
-    title = (f"{args.corpus} mini, {args.workers} workers, {args.epochs} epochs, seeds {' '.join(map(str, args.seeds))}")
-    rows = summarize(runs)
-    table = markdown(rows, title)
-    print(table)
+                new_rows.append(seed_row(name, SETTINGS[name][0], seed, definition, res))
     stem = args.out / f"quality_{args.corpus}_{args.grid or 'settings'}_{tag}"
+    summary_file = stem.with_suffix(".json")
+    old = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+    out = merge(old, new_rows, {"date": time.strftime("%Y-%m-%d %H:%M"), "corpus": args.corpus, "epochs": args.epochs,
+                                "workers": args.workers},
+                "python bench/quality.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    title = f"{args.corpus} mini, {args.workers} workers, {args.epochs} epochs, seeds {' '.join(map(str, out['seeds']))}"
+    table = markdown(out["rows"], title)
+    print(table)
     speeds = cluster_speeds(args.speeds, args.network) if args.speeds else {}
-    out = {"command": "python bench/quality.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "date": time.strftime("%Y-%m-%d %H:%M"), "corpus": args.corpus, "epochs": args.epochs,
-           "workers": args.workers, "seeds": args.seeds, "rows": rows,
-           "curves": {n: [curve(r) for r in rs if "failed" not in r] for n, rs in runs.items()},
-           "load": machine_load.summary([r["bench"]["load"] for rs in runs.values() for r in rs
-                                         if "load" in r.get("bench", {})])}
-    if (w := machine_load.summary_warning(out["load"], "each run's results.json 'bench.load'")):
+    if (w := machine_load.summary_warning(load_summary(new_rows, None), "each run's results.json 'bench.load'")):
         print(f"[quality] {w}")
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(out, indent=2))
+    summary_file.write_text(json.dumps(out, indent=2))
     stem.with_suffix(".md").write_text(table)
     if not args.no_plots:
-        for p in plot(runs, args.plots / stem.name, title, speeds, args.network):
+        for p in plot(plot_series(out), args.plots / stem.name, title, speeds, args.network):
             print(f"[quality] plot {p}")
-    print(f"[quality] {stem.with_suffix('.json')}")
-
-
-if __name__ == "__main__":
-    main()
+    print(f"[quality] {summary_file} ({len(out['rows'])} settings: this call's merged into the file's)")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
+from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -18,7 +20,7 @@ from gossip_accel import shutdown
 from gossip_accel.sync import toy
 from gossip_accel.sync.hierarchical import make_synchronizer
 from gossip_accel.sync.simulate import HierarchicalCluster, SimulatedCluster
-from harness import BASE, DATA_SEED, initial_model, make_optimizer, model_state, spawn_with_timeout
+from harness import BASE, DATA_SEED, assert_matches_oracle, initial_model, make_optimizer, model_state, spawn_with_timeout
 
 G2 = ["sync.hierarchy.group_size=2"]
 # name -> (world, overrides, steps); a name starting with "hier_" runs in groups of 2 ranks
@@ -151,12 +153,56 @@ def run_rank(rank: int, name: str, resume_at: int = 0) -> dict:
             "components": {c.name: (c.index, c.nbytes, c.period) for c in sync.components}}
 
 
+#: (scenario whose checkpoint after step 9 is resumed, the overrides of the resuming run): what the resume says
+#: (None: it resumes), tests/test_quantized_exchange.py; "legacy:" drops the recorded wire (an older checkpoint)
+REWIRED = [("gossip_bmuf_int8", ["sync.exchange_dtype=float32"]), ("gossip_bmuf_int8", ["sync.exchange_dtype=int4"]),
+           ("gossip_bmuf_int8", ["sync.quant_block=64"]), ("gossip_bmuf_int8", ["sync.quant_ring=params"]),
+           ("gossip_bmuf_fp32", ["sync.exchange_dtype=int4"]), ("gossip_bmuf_fp32", ["sync.exchange_dtype=bfloat16"]),
+           ("gossip_bmuf_int4_overlap", ["sync.exchange_dtype=float32"]),  # coded payloads in flight
+           ("legacy:gossip_bmuf_int8", ["sync.exchange_dtype=float32"]), ("legacy:gossip_bmuf_int8", ["sync.quant_ring=params"])]
+
+
+def rewired_rank(rank: int, outdir: str) -> list[Optional[str]]:
+    """Each REWIRED checkpoint written to a real file (atomic, checksummed), verified, loaded and resumed
+    under the other overrides; the error each resume raised (None: none)."""
+    from gossip_accel.train import checkpoint as ckpt
+
+    said = []
+    for source, overrides in REWIRED:
+        name = source.removeprefix("legacy:")
+        model = initial_model(rank)
+        opt = make_optimizer(model)
+        sync = make_synchronizer(model, BASE, overrides_of(name))
+        for t in range(1, 10):
+            local_backward(model, opt, rank, t)
+            opt.step()
+            sync.step()
+        path = Path(outdir) / f"{source.replace(':', '_')}_{'_'.join(overrides)}" / f"rank{rank}.pt"
+        state = sync.state_dict()
+        if source.startswith("legacy:"):
+            del state["wire"]
+        ckpt.atomic_save(state, path, checksum=True)
+        loaded, problem = ckpt.verify_and_load(path)
+        assert problem is None, problem
+        restarted = initial_model(rank + 100)  # what a restarted run does: new objects, the weights, then the state
+        resumed = make_synchronizer(restarted, BASE, [*overrides_of(name), *overrides])
+        restarted.load_state_dict(model_state(model))
+        try:
+            ckpt.load_sync_state(path, resumed, loaded)
+            said.append(None)
+        except ckpt.CheckpointError as e:
+            said.append(str(e))
+    return said
+
+
 def _worker(rank: int, world: int, init_file: str, outdir: str, names: list[str]) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     out = {name: run_rank(rank, name) for name in names}
     out.update({f"resumed_{name}": run_rank(rank, name, stop) for name, stop in RESUMED.items() if name in names})
+    if all(SCENARIOS[source.removeprefix("legacy:")][0] == world for source, _ in REWIRED):
+        out["rewired"] = rewired_rank(rank, outdir)
     torch.save(out, os.path.join(outdir, f"runs{world}_{rank}.pt"))
     shutdown()
 
@@ -183,12 +229,29 @@ def _spawn(world: int) -> dict[str, list[dict]]:
     names = [n for n, (w, _, _) in SCENARIOS.items() if w == world]
     spawn_with_timeout(_worker, (world, os.path.join(outdir, "init"), outdir, names), world, timeout=300)
     per_rank = [torch.load(os.path.join(outdir, f"runs{world}_{r}.pt"), weights_only=True) for r in range(world)]
-    keys = [*names, *(f"resumed_{n}" for n in RESUMED if n in names)]
+    keys = [*names, *(f"resumed_{n}" for n in RESUMED if n in names), *(["rewired"] if "rewired" in per_rank[0] else [])]
     return {n: [per_rank[r][n] for r in range(world)] for n in keys}
 
 
 def run(name: str) -> list[dict]:
     return results(SCENARIOS[name.removeprefix("resumed_")][0])[name]
+
+
+def assert_matches_simulator(name: str) -> None:
+    """Every real worker of scenario ``name`` equals its simulated twin (before and after the final average)."""
+    sim_before, sim_final = simulate(name)
+    for rank, got in enumerate(run(name)):
+        assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
+
+
+def largest_difference(name: str, other: str, key: str = "hidden.weight") -> float:
+    """max |a - b| of ``key`` on rank 0 before the final average, between the runs of two scenarios."""
+    return float((run(name)[0]["before"][key] - run(other)[0]["before"][key]).abs().max())
+
+
+def rewired() -> list[list[Optional[str]]]:
+    """Per rank, what each REWIRED resume said (the 4-worker spawn)."""
+    return results(4)["rewired"]
 
 
 def simulate(name: str) -> tuple[list[dict], list[dict]]:

@@ -150,9 +150,29 @@ def test_asr_report_compares_wer_with_the_baseline_run(tmp_path):
     assert alone.returncode == 0 and "vs" not in out.read_text().splitlines()[0]
 
 
-@pytest.mark.parametrize("bad", ["-x", "a b", "x/y"])
+LM_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "wikitext103" / "lm1"
+
+
+@pytest.mark.parametrize("bad", ["-x", "x-", "a--b", "a b", "x/y"])
 def test_bad_tag_is_refused_by_the_stage_scripts(tmp_path, bad):
-    recipe = Path(__file__).resolve().parent.parent / "recipes" / "wikitext103" / "lm1"
-    proc = subprocess.run(["bash", str(recipe / "run.sh"), "--stage", "4", "--tag", bad, "--exp", str(tmp_path)],
+    proc = subprocess.run(["bash", str(LM_RECIPE / "run.sh"), "--stage", "4", "--tag", bad, "--exp", str(tmp_path)],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and f"--tag '{bad}'" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_tag_with_dashes_is_accepted_and_its_runs_compared(tmp_path):
+    """``--tag lr-3e-3``: the run names <run>-lr-3e-3 sit beside the untagged ones, and the
+    comparison stage still takes the untagged DDP run as the baseline."""
+    exp = tmp_path / "exp"
+    for r in (DDP, result("ddp-n4-lr-3e-3", sent=8e6, enabled=False, ppl=80.0),
+              result("gossip_bmuf-16_128-n4-lr-3e-3", sent=1e5, ppl=110.0)):
+        write_run(exp, r)
+    proc = subprocess.run(["bash", str(LM_RECIPE / "run.sh"), "--stage", "4", "--tag", "lr-3e-3", "--exp", str(exp)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    md = (exp / "compare" / "RESULTS.md").read_text().splitlines()
+    lines = md[md.index(next(line for line in md if line.startswith("| run |"))):]   # the table, below the title
+    assert "ppl vs ddp-n4" in header(lines)
+    assert dict(zip(header(lines), cells(lines, "gossip_bmuf-16_128-n4-lr-3e-3")))["ppl vs ddp-n4"] == "+10.0%"
+    assert dict(zip(header(lines), cells(lines, "ddp-n4-lr-3e-3")))["ppl vs ddp-n4"] == "-20.0%"

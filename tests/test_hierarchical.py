@@ -11,8 +11,8 @@ import torch
 from gossip_accel.sync.config import ConfigError, HierarchyConfig, load_sync_config
 from gossip_accel.sync.hierarchical import GroupLayout, HierarchicalSynchronizer, assign_carriers
 from gossip_accel.sync.schedule import event_at
-from group_runs import BASE, RESUMED, SCENARIOS, overrides_of, run, simulate
-from harness import assert_matches_oracle, assert_states_close
+from group_runs import BASE, RESUMED, SCENARIOS, assert_matches_simulator, overrides_of, run
+from harness import assert_states_close
 
 HIER = [n for n in SCENARIOS if n.startswith("hier_")]
 
@@ -23,9 +23,7 @@ def params(state: dict) -> dict:
 
 @pytest.mark.parametrize("name", HIER)
 def test_hierarchical_matches_simulator(name):
-    sim_before, sim_final = simulate(name)
-    for rank, got in enumerate(run(name)):
-        assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
+    assert_matches_simulator(name)
 
 
 @pytest.mark.parametrize("name", HIER)

@@ -15,7 +15,8 @@ import torch
 from gossip_accel.sync.config import ConfigError, load_sync_config
 from gossip_accel.sync.quantize import (Codec, apply_to_copy_, chunk_length, compress_, send_to_copy_,
                                         simulated_coded_mean)
-from group_runs import BASE, OVERLAPPED, RESUMED, SCENARIOS, run, simulate
+from group_runs import (BASE, OVERLAPPED, RESUMED, REWIRED, SCENARIOS, assert_matches_simulator, largest_difference,
+                        rewired, run)
 from harness import assert_matches_oracle, model_state
 from test_exchange_dtype import train_sim
 
@@ -146,14 +147,11 @@ QUANTIZED = ["ma_int4", "bmuf_int8_warmup", "gossip_bmuf_int8", "gossip_bmuf_int
 
 @pytest.mark.parametrize("name", QUANTIZED)
 def test_quantized_exchange_matches_simulator(name):
-    sim_before, sim_final = simulate(name)
-    for rank, got in enumerate(run(name)):
-        assert_matches_oracle(got, sim_before[rank], sim_final[rank], f"{name} rank {rank} ")
+    assert_matches_simulator(name)
 
 
 def test_quantized_run_really_quantizes():
-    q, fp32 = run("ma_int4")[0]["before"], run("ma_fp32")[0]["before"]
-    assert (q["hidden.weight"] - fp32["hidden.weight"]).abs().max() > 1e-5
+    assert largest_difference("ma_int4", "ma_fp32") > 1e-5
 
 
 def test_allreduce_bytes_are_the_payload():
@@ -212,6 +210,34 @@ def test_resumed_quantized_run_equals_uninterrupted():
     tests/test_distributed_equals_simulator.py, gossip_bmuf_pair_int4)."""
     for rank, (a, b) in enumerate(zip(run("resumed_hier_bmuf_int8"), run("hier_bmuf_int8"))):
         assert_matches_oracle(a, b["before"], b["final"], f"resumed rank {rank} ")
+
+
+#: REWIRED (tests/group_runs.py) -> the keys the one-line refusal names, None where the resume works
+REFUSALS = {("gossip_bmuf_int8", "sync.exchange_dtype=float32"): "sync.exchange_dtype=int8, this run has sync.exchange_dtype=float32",
+            ("gossip_bmuf_int8", "sync.exchange_dtype=int4"): "sync.exchange_dtype=int8, this run has sync.exchange_dtype=int4",
+            ("gossip_bmuf_int8", "sync.quant_block=64"): "sync.quant_block=256, this run has sync.quant_block=64",
+            ("gossip_bmuf_int8", "sync.quant_ring=params"): "sync.quant_ring=copies, this run has sync.quant_ring=params",
+            ("gossip_bmuf_fp32", "sync.exchange_dtype=int4"): "sync.exchange_dtype=float32, this run has sync.exchange_dtype=int4",
+            ("gossip_bmuf_fp32", "sync.exchange_dtype=bfloat16"): None,  # float wires keep no wire state
+            ("gossip_bmuf_int4_overlap", "sync.exchange_dtype=float32"): "sync.exchange_dtype=int4, this run has sync",
+            # a checkpoint from before the wire was recorded: the engine's own checks
+            ("legacy:gossip_bmuf_int8", "sync.exchange_dtype=float32"): "holds int8/int4 wire state, this run has "
+                                                                         "sync.exchange_dtype=float32",
+            ("legacy:gossip_bmuf_int8", "sync.quant_ring=params"): "(another sync.quant_ring, sync.warmup_steps or model)"}
+
+
+def test_a_checkpoint_of_another_wire_is_refused_in_one_line_naming_the_file_and_key():
+    """The int8/int4 wire's residuals and public copies are in the synchronizer state: a resume under another
+    sync.exchange_dtype / quant_block / quant_ring says so (the file, the keys, both values), not a shape error."""
+    for rank, said in enumerate(rewired()):
+        for (source, overrides), got in zip(REWIRED, said):
+            want = REFUSALS[source, overrides[0]]
+            if want is None:
+                assert got is None, got
+                continue
+            assert got is not None and "\n" not in got, (source, overrides)
+            assert got.startswith("/") and f"rank{rank}.pt: synchronizer checkpoint" in got, got
+            assert want in got and "resume with the same" in got, got
 
 
 # measured after 64 toy steps (docs/ALGORITHMS.md): largest relative distance of a tensor from the fp32

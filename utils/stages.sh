@@ -18,7 +18,7 @@
 stage=0                 # first stage to run
 stop_stage=100          # last stage to run
 algorithms=gossip_bmuf  # one run each: single (1 worker), ddp (all-reduce every step), or any sync.algorithm (ma bmuf local_ma local_bmuf gossip_ma gossip_bmuf ...)
-tag=""                  # appended to every run name (<run>-<tag>): variants of one algorithm side by side, e.g. --tag eta075 -- sync.block_momentum=0.75
+tag=""                  # appended to every run name (<run>-<tag>): variants of one algorithm side by side, e.g. --tag eta075 -- sync.block_momentum=0.75 (letters, digits, . _ = + and - inside)
 baseline=ddp            # the comparison's reference: ddp (if run, else single), single, or a run name; never a run against itself
 epochs=""               # overrides the conf's number of epochs (LM train.epochs, ASR train.max_epochs)
 num_workers=4           # worker processes per node (one per GPU on GPU machines)
@@ -69,7 +69,8 @@ fi
 extra=("$@")
 [ -n "$ngpu" ] && num_workers=$ngpu
 case $num_workers$num_nodes$node_rank in *[!0-9]*|"") die "--num-workers/--ngpu, --num-nodes and --node-rank must be integers" ;; esac
-[[ $tag =~ ^[A-Za-z0-9._=+]*$ ]] || die "--tag '$tag': use letters, digits and . _ = + (it becomes part of a directory name)"
+[[ $tag =~ ^([A-Za-z0-9._=+]+(-[A-Za-z0-9._=+]+)*)?$ ]] \
+  || die "--tag '$tag': use letters, digits and . _ = + - ('-' inside only, not doubled: the tag ends a directory name, <run>-<tag>)"
 utils_dir=$__st_utils   # the project's utils/ (its real location)
 . "$utils_dir/../path.sh"
 total_workers=$((num_workers * num_nodes))

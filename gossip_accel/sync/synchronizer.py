@@ -40,8 +40,9 @@ from .engines import EngineContext, engine_class
 from .inner_state import InnerState
 from .precision import wire_dtype
 from .schedule import event_at, stagger_offsets
-from .topology import make_topology
+from .topology import RingTopology, make_topology
 from .warmup import GradientWarmup, restart_slots
+from .wire import check_wire, wire_of
 
 STATE_VERSION = 1
 
@@ -403,7 +404,11 @@ class Synchronizer:
             "divergence": dict(self.divergence),
             "finalized": self.finalized,
             "engine": engine,
+            **({"wire": self._wire()} if self.engine is not None else {}),  # what the engine's state depends on
         }
+
+    def _wire(self) -> dict:
+        return wire_of(self.cfg, isinstance(self.topology, RingTopology))
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; a checkpoint of another setup is refused, naming the key.
@@ -432,6 +437,8 @@ class Synchronizer:
                     + ("" if key not in ("world_size", "rank") else
                        " (or merge the old ranks' states: gossip_accel.sync.elastic.merge_states)")
                 )
+        if self.engine is not None and not merged:  # (a merged state carries no engine state)
+            check_wire(state.get("wire"), self._wire())
         if set(state["slots"]) != set(self.slots) and not (merged and set(self.slots) <= set(state["slots"])):
             raise ConfigError(
                 f"synchronizer checkpoint holds slots for {sorted(state['slots'])}, this run needs {sorted(self.slots)}"

@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
+from ..sync.config import ConfigError
 from ..sync.elastic import mean_tree
 
 NAME = re.compile(r"epoch(\d+)(?:_step(\d+))?")
@@ -288,6 +289,15 @@ def check_fits(path: Path, model: torch.nn.Module, saved: dict) -> None:
         raise CheckpointError(
             f"{path} holds another model ({'; '.join(parts)}): it was written with another model config "
             f"(see config.yaml next to checkpoints/); use a new --exp-dir, or train.resume=false to start over")
+
+
+def load_sync_state(path: Path, sync: Any, state: dict) -> None:
+    """``sync.load_state_dict(state)`` of checkpoint file ``path``: a state of another sync setup (algorithm,
+    wire, hierarchy, world) is refused in one line naming the file and the key that differs."""
+    try:
+        sync.load_state_dict(state)
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: {e}") from None
 
 
 def mean_state(states: list[dict], integers_from: int = 0, names: Optional[list[str]] = None) -> dict:

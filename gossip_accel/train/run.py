@@ -188,7 +188,7 @@ class DistributedRun:
             raise ckpt.CheckpointError(f"{path}: optimizer/scheduler state does not fit ({e}): it was written with "
                                        "another train.optimizer; use a new --exp-dir or train.resume=false") from e
         if self.sync is not None:
-            self.sync.load_state_dict(state["sync"])
+            ckpt.load_sync_state(path, self.sync, state["sync"])
         self.ddp_counter = Counter(**state["ddp_counter"])
         if state["rng"] is not None:  # None: a new rank beyond the old world keeps its own seeding
             ckpt.set_rng_state(state["rng"])

@@ -25,6 +25,7 @@ import torch
 
 from ..comm import Exchange
 from ..components import Component
+from ..config import ConfigError
 from ..quantize import Codec, coded_state, ring_receive, ring_send
 
 
@@ -83,6 +84,14 @@ class CodedExchange:
         return {name: {k: v.clone() for k, v in st.items()} for name, st in self.state.items()}
 
     def load_state_dict(self, state: dict) -> None:
+        mine = {(name, k): tuple(v.shape) for name, st in self.state.items() for k, v in st.items()}
+        got = {(name, k): tuple(v.shape) for name, st in state.items() for k, v in st.items()}
+        if got != mine:
+            key = min(got.keys() ^ mine.keys() or {k for k in mine if got[k] != mine[k]})
+            raise ConfigError(
+                f"synchronizer checkpoint's int8/int4 wire state {key[0]}.{key[1]} is {got.get(key, 'missing')}, this "
+                f"run's {mine.get(key, 'absent')} (another sync.quant_ring, sync.warmup_steps or model): resume "
+                "with the same sync config, or start a new --exp-dir (or train.resume=false)")
         for name, st in state.items():
             for k, v in st.items():
                 self.state[name][k].copy_(v)

@@ -19,6 +19,7 @@ from .. import health
 from ..algorithms import new_local_model
 from ..comm import Exchange
 from ..components import Component
+from ..config import ConfigError
 from ..overlap import merge_
 from ..precision import is_low
 from ..quantize import codec_of
@@ -92,6 +93,11 @@ class PeriodicEngine(Engine):
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        if (self.ctx.coded is not None) != ("coded" in state):  # first: the payloads in flight differ too
+            raise ConfigError(
+                f"synchronizer checkpoint {'holds' if 'coded' in state else 'holds no'} int8/int4 wire state, this run "
+                f"has sync.exchange_dtype={self.ctx.cfg.exchange_dtype}: resume with the same wire, or start a new "
+                "--exp-dir (or train.resume=false)")
         if self.overlap is not None:
             self.overlap.load_state_dict(state.get("overlap", {}))
         if self.ctx.coded is not None:
