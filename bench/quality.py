@@ -376,3 +376,7 @@ def main(argv=None) -> None:
         for p in plot(plot_series(out), args.plots / stem.name, title, speeds, args.network):
             print(f"[quality] plot {p}")
     print(f"[quality] {summary_file} ({len(out['rows'])} settings: this call's merged into the file's)")
+
+
+if __name__ == "__main__":
+    main()

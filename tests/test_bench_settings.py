@@ -5,6 +5,11 @@ itself takes minutes): a setting the config refuses would stop the bench only wh
 """
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -37,3 +42,21 @@ def test_cluster_bench_setting_is_valid_on_both_workloads(name):
     for base in (LM_BASE, synthetic):
         cfg = load_sync_config(base, ["broadcast_initial=false", *runs.SETTINGS[name]])  # as runs.SettingRun
         assert name.startswith(cfg.algorithm + "-")
+
+
+SCRIPTS = sorted(p for p in (Path(__file__).resolve().parent.parent / "bench").glob("*.py")
+                 if re.search(r"^def main\(", p.read_text(), re.M))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_bench_script_with_a_main_runs_it_as_a_script(script):
+    # a lost `if __name__ == "__main__": main()` makes `python bench/x.py ...` exit 0 having done nothing
+    guard = script.read_text().partition('\nif __name__ == "__main__":\n')[2]
+    assert re.search(r"\bmain\(", "\n".join(guard.splitlines()[:3])), \
+        f"{script.name} defines main() but never calls it as a script"
+
+
+def test_quality_help_prints_its_usage():
+    out = subprocess.run([sys.executable, "bench/quality.py", "--help"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parent.parent, check=True).stdout
+    assert out.startswith("usage: quality.py")
