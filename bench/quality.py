@@ -114,6 +114,9 @@ SETTINGS: dict[str, tuple] = {
     "gossip_bmuf_adam_eta_0.5": ("gossip-BMUF, inner Adam lr 3e-3, block momentum 0.5",
                                  ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
                                   "train.lr=0.003", "sync.block_momentum=0.5"]),
+    "gossip_bmuf_adam_eta_0.25": ("gossip-BMUF, inner Adam lr 3e-3, block momentum 0.25",
+                                  ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
+                                   "train.lr=0.003", "sync.block_momentum=0.25"]),
     "gossip_bmuf_adam_eta_0": ("gossip-BMUF, inner Adam lr 3e-3, no block momentum (gossip-MA)",
                                ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
                                 "train.lr=0.003", "sync.block_momentum=0.0"]),
@@ -175,8 +178,9 @@ GRIDS = {
     # issue 14: the inner optimizer (Adagrad, the recipe's; Adam; SGD), gossip-BMUF against DDP with the same one
     "optimizers": ["ddp", "gossip_bmuf", "ddp_adam", "gossip_bmuf_adam", "ddp_sgd", "gossip_bmuf_sgd",
                    "ddp_sgd_0.3", "gossip_bmuf_sgd_0.3"],
-    # issue 14: the block momentum under an inner Adam (eq. 6's 0.75, 0.5, 0)
-    "adam_eta": ["ddp_adam", "gossip_bmuf_adam", "gossip_bmuf_adam_eta_0.5", "gossip_bmuf_adam_eta_0"],
+    # issue 14: the block momentum under an inner Adam (eq. 6's 0.75, 0.5, 0.25, 0)
+    "adam_eta": ["ddp_adam", "gossip_bmuf_adam", "gossip_bmuf_adam_eta_0.5", "gossip_bmuf_adam_eta_0.25",
+                 "gossip_bmuf_adam_eta_0"],
     "quant": ["ddp", "bmuf_fp32", "bmuf_bf16", "bmuf_int8", "bmuf_int4", "gossip_bmuf_fp32", "gossip_bmuf_bf16",
               "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params",
               "gossip_bmuf_int8_overlap4", "gossip_bmuf_int4_overlap4", "gossip_bmuf_int4_stagger_overlap4"],
