@@ -113,6 +113,16 @@ SETTINGS: dict[str, tuple] = {
     "ddp_adam": ("DDP, Adam lr 3e-3", ["sync.enabled=false", "train.optimizer=adam", "train.lr=0.003"]),
     "gossip_bmuf_adam": ("gossip-BMUF, inner Adam lr 3e-3", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull",
                                                              "train.optimizer=adam", "train.lr=0.003"]),
+    # issue 14: with Adam the eq. 6 eta (0.75 at n = 4) overshoots on the ASR TDNN; the same question on the LM
+    "gossip_bmuf_adam_eta_0.5": ("gossip-BMUF, inner Adam lr 3e-3, block momentum 0.5",
+                                 ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
+                                  "train.lr=0.003", "sync.block_momentum=0.5"]),
+    "gossip_bmuf_adam_eta_0.25": ("gossip-BMUF, inner Adam lr 3e-3, block momentum 0.25",
+                                  ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
+                                   "train.lr=0.003", "sync.block_momentum=0.25"]),
+    "gossip_bmuf_adam_eta_0": ("gossip-BMUF, inner Adam lr 3e-3, no block momentum (gossip-MA)",
+                               ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=adam",
+                                "train.lr=0.003", "sync.block_momentum=0.0"]),
     "ddp_sgd": ("DDP, SGD lr 1.0", ["sync.enabled=false", "train.optimizer=sgd", "train.lr=1.0"]),
     "gossip_bmuf_sgd": ("gossip-BMUF, inner SGD lr 1.0", ["sync.algorithm=gossip_bmuf", "sync.mixing=pull", "train.optimizer=sgd",
                                                           "train.lr=1.0"]),
@@ -171,6 +181,9 @@ GRIDS = {
     # issue 14: the inner optimizer (Adagrad, the recipe's; Adam; SGD), gossip-BMUF against DDP with the same one
     "optimizers": ["ddp", "gossip_bmuf", "ddp_adam", "gossip_bmuf_adam", "ddp_sgd", "gossip_bmuf_sgd",
                    "ddp_sgd_0.3", "gossip_bmuf_sgd_0.3"],
+    # issue 14: the block momentum under an inner Adam (eq. 6's 0.75, 0.5, 0.25, 0)
+    "adam_eta": ["ddp_adam", "gossip_bmuf_adam", "gossip_bmuf_adam_eta_0.5", "gossip_bmuf_adam_eta_0.25",
+                 "gossip_bmuf_adam_eta_0"],
     "quant": ["ddp", "bmuf_fp32", "bmuf_bf16", "bmuf_int8", "bmuf_int4", "gossip_bmuf_fp32", "gossip_bmuf_bf16",
               "gossip_bmuf_int8", "gossip_bmuf_int4", "gossip_bmuf_int8_params", "gossip_bmuf_int4_params",
               "gossip_bmuf_int8_overlap4", "gossip_bmuf_int4_overlap4", "gossip_bmuf_int4_stagger_overlap4"],
