@@ -91,6 +91,11 @@ SETTINGS: dict[str, tuple] = {
                                     "sync.components.0.period=96", "sync.warmup_steps=48"]),
     "bmuf_ramp": ("BMUF, the ramp warm-up (16 steps of averages every 8, then periods 8, 16, .. up to (16,128))",
                   ["sync.algorithm=bmuf", "sync.warmup_kind=ramp", "sync.warmup_steps=16"]),
+    # issue 14: below eq. 6's eta on the Gutenberg mini, both methods (an inner Adam wanted far less, docs/RESULTS.md)
+    "gossip_bmuf_pair_12_96_eta_0.7": ("gossip_bmuf_pair_12_96 with eta 0.7",
+                                       ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
+                                        "sync.components.0.period=96", "sync.block_momentum=0.7"]),
+    "bmuf_eta_0.7": ("BMUF-NBM, eta 0.7", ["sync.algorithm=bmuf", "sync.block_momentum=0.7"]),
     "gossip_bmuf_pair_12_96_ramp": ("gossip_bmuf_pair_12_96 with the ramp warm-up (periods 8, 16, .. up to (12,96))",
                                     ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
                                      "sync.components.0.period=96", "sync.warmup_kind=ramp", "sync.warmup_steps=16"]),
