@@ -90,6 +90,9 @@ class SettingRun:
     def close(self) -> None:
         """End the setting. Algorithm 1's family holds nothing open, and its ``finalize()`` (a full-model
         all-reduce) is not needed here; any other algorithm gets its ``finalize()``, where the
-        asynchronous ones close their RPC session."""
-        if self.sync is not None and self.sync.cfg.spec.family != "periodic":
+        asynchronous ones close their RPC session, and so does an overlapped sync (``sync.overlap_steps``):
+        its exchanges still in flight complete before their buffers are freed (a setting that left them
+        in flight on a 100 Mbit link was followed by a hang in the next collective, rank 0's gloo TCP
+        loop spinning)."""
+        if self.sync is not None and (self.sync.cfg.spec.family != "periodic" or self.sync.cfg.overlap_steps > 0):
             self.run.finish()

@@ -47,7 +47,7 @@ class DistributedRun:
                  exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
                  keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0,
                  accelerator: Any = None, elastic: bool = True, save_epoch_models: bool = False):
-        from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook
+        from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook, prepare
 
         if keep_checkpoints < 1:
             raise ConfigError(f"train.keep_checkpoints={keep_checkpoints}: keep at least 1")
@@ -55,7 +55,7 @@ class DistributedRun:
             raise ConfigError(f"train.checkpoint_every_steps={checkpoint_every_steps}: use 0 (epoch ends only) or more")
         self.accelerator = accelerator or start_accelerator(cpu, collective_timeout)
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.model, self.optimizer = prepare(self.accelerator, model, optimizer, sync_cfg)  # DDP only if needed
         self.core = self.accelerator.unwrap_model(self.model)
         self.scheduler = scheduler
         self.exp = Path(exp_dir)

@@ -122,6 +122,39 @@ class AccelerateSynchronizer(Synchronizer):
             super().step()
 
 
+def ddp_wrapper_needed(accelerator: Any, cfg: Any) -> Optional[str]:
+    """Why a run of this sync config needs DDP's wrapper around the model, or None where the synchronizer
+    needs nothing of it: with its no-op hook DDP communicates nothing, yet it still copies every gradient into
+    its buckets and back at each backward (+30% of the step of a 10M-parameter model on 2 CPU cores,
+    docs/RESULTS.md "Where a worker's time goes"). Needed for DDP itself (``sync.enabled=false``), DeepSpeed,
+    ``sync.hierarchy`` (DDP all-reduces inside each group) and ``sync.buffers=broadcast`` (DDP's per-forward
+    broadcast of rank 0's buffers). A gradient warm-up averages in optimizer pre-hooks without it."""
+    from ..config import load_sync_config
+
+    cfg = load_sync_config(cfg)
+    if not cfg.enabled:
+        return "sync.enabled=false: DDP's gradient all-reduce is the training"
+    if getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None) is not None:
+        return "DeepSpeed prepares its own engine"
+    from ..hierarchical import resolved_group_size
+
+    if resolved_group_size(cfg) > 1:
+        return "sync.hierarchy: DDP all-reduces the gradients inside each group"
+    if cfg.buffers == "broadcast":
+        return "sync.buffers=broadcast: DDP broadcasts rank 0's buffers at every forward"
+    return None
+
+
+def prepare(accelerator: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
+            ) -> tuple[torch.nn.Module, Any]:
+    """``accelerator.prepare(model, optimizer)`` for a run synchronized by ``cfg``: the model without DDP's
+    wrapper (``prepare_model(evaluation_mode=True)``: device placement and mixed precision only) where
+    :func:`ddp_wrapper_needed` finds no use for it, wrapped as usual otherwise."""
+    if ddp_wrapper_needed(accelerator, cfg) is not None:
+        return accelerator.prepare(model, optimizer)
+    return accelerator.prepare_model(model, evaluation_mode=True), accelerator.prepare_optimizer(optimizer)
+
+
 def check_accelerate_world(accelerator: Any, process_group: Optional[dist.ProcessGroup] = None) -> None:
     """Accelerate must see the processes torch.distributed has: ``Accelerator()`` on CPU workers under
     ``accelerate launch --multi_gpu`` or torchrun believes it is alone (every rank then trains on the
