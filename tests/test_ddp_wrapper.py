@@ -21,7 +21,7 @@ from gossip_accel.sync import toy
 from gossip_accel.sync.config import load_sync_config
 from gossip_accel.sync.integrations.accelerate import ddp_wrapper_needed
 from gossip_accel.sync.simulate import SimulatedCluster
-from tests.harness import BASE, DATA_SEED, LR, assert_states_close, spawn_with_timeout
+from harness import BASE, DATA_SEED, LR, assert_states_close, spawn_with_timeout
 
 WORLD = 4  # a hierarchy of 2 groups of 2
 CASES = {  # name -> (sync overrides, DDP wrapper expected)

@@ -366,3 +366,14 @@ def test_distributed_run_clears_the_optimizer_state_of_a_reset_replica(tmp_path)
     assert model.hidden.weight in opt.state
     run.sync.on_reset(["hidden.weight", "hidden.bias"])
     assert model.hidden.weight not in opt.state and model.hidden.bias not in opt.state and model.out.weight in opt.state
+
+
+def test_finite_is_exact_where_the_fast_sum_overflows_or_cancels():
+    """health.finite: the one-pass sum decides only when it is finite; otherwise the elementwise check."""
+    big = torch.tensor([3e38, 3e38, -1.0])  # every element finite, the float32 sum overflows to inf
+    assert health.finite(big) and health.all_finite(big, None)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert not health.finite(torch.tensor([1.0, bad, 2.0])), bad
+    assert not health.finite(torch.tensor([float("inf"), -float("inf")]))  # the sum is NaN, not a cancellation
+    assert not health.finite(torch.tensor([1.0, float("nan")], dtype=torch.bfloat16))
+    assert health.finite(torch.empty(0)) and health.finite(torch.arange(5))

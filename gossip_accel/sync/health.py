@@ -63,7 +63,15 @@ class NonFiniteError(RuntimeError):
 
 def all_finite(*tensors: Optional[torch.Tensor]) -> bool:
     """True when every element of every given tensor is finite (``None`` entries are skipped)."""
-    return all(t is None or bool(torch.isfinite(t).all()) for t in tensors)
+    return all(t is None or finite(t) for t in tensors)
+
+
+def finite(t: torch.Tensor) -> bool:
+    """Every element of ``t`` finite, exactly. A finite sum proves it in one pass without a temporary
+    (an inf makes the sum inf or NaN, a NaN makes it NaN); only a sum that is not finite, which finite
+    elements can also give by overflow, is checked element by element. (``isfinite(t).all()`` alone
+    was half of a 10M-parameter gossip sync on CPU: 84 ms against 3 ms for the sum.)"""
+    return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
 
 
 def slots_sick(slots: Optional[Slots]) -> bool:
