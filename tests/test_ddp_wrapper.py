@@ -98,3 +98,38 @@ def test_the_model_is_wrapped_in_ddp_only_where_the_run_needs_it(tmp_path):
         cluster.step()
     for k in range(WORLD):
         assert_states_close(ranks[k]["bmuf"]["states"][-1], dict(models[k].named_parameters()), f"rank {k} ")
+
+
+def test_a_bare_model_is_refused_where_the_run_needs_ddp():
+    from gossip_accel.sync.config import ConfigError
+    from gossip_accel.sync.integrations.accelerate import prepare
+
+    model = toy.ToyModel()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    cfg = load_sync_config(BASE, ["sync.enabled=false"])
+    try:
+        prepare(object(), model, opt, cfg, wrap=False)
+    except ConfigError as e:
+        assert "sync.enabled=false" in str(e)
+    else:
+        raise AssertionError("prepare(wrap=False) accepted the DDP baseline without DDP")
+
+
+def test_step_profile_times_every_phase_with_and_without_the_wrapper(tmp_path):
+    """bench/step_profile.py on 2 real gloo workers and a small synthetic model: a row per setting and wrapping."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench import step_profile
+
+    out = tmp_path / "profile.json"
+    step_profile.main(["--workers", "2", "--steps", "6", "--warmup", "2", "--size", "20k", "--settings", "no-comm",
+                       "bmuf-(16,128)", "--json", str(out), "--plot", str(tmp_path / "profile.png")])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["setting"], r["wrapped"]) for r in rows] == [("no-comm", False), ("bmuf-(16,128)", True),
+                                                            ("bmuf-(16,128)", False)]
+    for r in rows:
+        assert r["steps_per_s"] > 0 and r["backward"] > 0 and r["optimizer"] > 0, r
+    assert (tmp_path / "profile.png").stat().st_size > 0

@@ -40,7 +40,8 @@ class SettingRun:
     """Model, optimizer and communication of one setting; :meth:`step` is one optimizer step."""
 
     def __init__(self, setting: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_base: dict,
-                 exp_dir: Path, device: torch.device, clip_norm: Optional[float] = None):
+                 exp_dir: Path, device: torch.device, clip_norm: Optional[float] = None,
+                 ddp_wrapper: Optional[bool] = None):
         self.setting = setting
         self.clip_norm = clip_norm
         self.run = None
@@ -55,7 +56,8 @@ class SettingRun:
             # (a setting may ask for it: the int8/int4 wire's references start at the broadcast model)
             cfg = (load_sync_config({"enabled": False}) if setting == DDP
                    else load_sync_config(sync_base, ["broadcast_initial=false", *SETTINGS[setting]]))
-            self.run = DistributedRun(model, optimizer, cfg, exp_dir, cpu=device.type == "cpu", checkpoint=False)
+            self.run = DistributedRun(model, optimizer, cfg, exp_dir, cpu=device.type == "cpu", checkpoint=False,
+                                      ddp_wrapper=ddp_wrapper)
             self.model, self.core, self.optimizer = self.run.model, self.run.core, self.run.optimizer
         self.sync = self.run.sync if self.run is not None else None
 

@@ -40,13 +40,16 @@ class DistributedRun:
 
     ``accelerator``: one already started (:func:`gossip_accel.train.process_group.start_accelerator`),
     e.g. by a trainer that needed the rank and world size before it built its data; by default
-    one is started here.
+    one is started here. ``ddp_wrapper``: None wraps the model in DDP only where the run needs DDP
+    (:func:`gossip_accel.sync.integrations.accelerate.prepare`); True always (bench/step_profile.py measures
+    what it costs); False is refused where it is needed.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sync_cfg: SyncConfig,
                  exp_dir: Path, cpu: Optional[bool] = None, scheduler: Any = None, checkpoint: bool = True,
                  keep_checkpoints: int = 3, checkpoint_every_steps: int = 0, collective_timeout: float = 1800.0,
-                 accelerator: Any = None, elastic: bool = True, save_epoch_models: bool = False):
+                 accelerator: Any = None, elastic: bool = True, save_epoch_models: bool = False,
+                 ddp_wrapper: Optional[bool] = None):
         from ..sync.integrations.accelerate import AccelerateSynchronizer, counting_allreduce_hook, prepare
 
         if keep_checkpoints < 1:
@@ -55,7 +58,7 @@ class DistributedRun:
             raise ConfigError(f"train.checkpoint_every_steps={checkpoint_every_steps}: use 0 (epoch ends only) or more")
         self.accelerator = accelerator or start_accelerator(cpu, collective_timeout)
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-        self.model, self.optimizer = prepare(self.accelerator, model, optimizer, sync_cfg)  # DDP only if needed
+        self.model, self.optimizer = prepare(self.accelerator, model, optimizer, sync_cfg, ddp_wrapper)
         self.core = self.accelerator.unwrap_model(self.model)
         self.scheduler = scheduler
         self.exp = Path(exp_dir)

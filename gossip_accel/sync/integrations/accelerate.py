@@ -145,12 +145,16 @@ def ddp_wrapper_needed(accelerator: Any, cfg: Any) -> Optional[str]:
     return None
 
 
-def prepare(accelerator: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any
-            ) -> tuple[torch.nn.Module, Any]:
+def prepare(accelerator: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg: Any,
+            wrap: Optional[bool] = None) -> tuple[torch.nn.Module, Any]:
     """``accelerator.prepare(model, optimizer)`` for a run synchronized by ``cfg``: the model without DDP's
     wrapper (``prepare_model(evaluation_mode=True)``: device placement and mixed precision only) where
-    :func:`ddp_wrapper_needed` finds no use for it, wrapped as usual otherwise."""
-    if ddp_wrapper_needed(accelerator, cfg) is not None:
+    :func:`ddp_wrapper_needed` finds no use for it, wrapped as usual otherwise; ``wrap=True`` wraps it
+    anyway, ``wrap=False`` refuses a run that needs the wrapper."""
+    needed = ddp_wrapper_needed(accelerator, cfg)
+    if wrap is False and needed is not None:
+        raise ConfigError(f"the model must be wrapped in DDP: {needed}")
+    if wrap or needed is not None:
         return accelerator.prepare(model, optimizer)
     return accelerator.prepare_model(model, evaluation_mode=True), accelerator.prepare_optimizer(optimizer)
 
