@@ -69,7 +69,7 @@ def _free_port() -> int:
 
 def _results(tmp_path) -> list[dict]:
     spawn_with_timeout(_worker, (_free_port(), str(tmp_path)), WORLD, timeout=300)
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
+    return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
 
 
 def test_the_model_is_wrapped_in_ddp_only_where_the_run_needs_it(tmp_path):
