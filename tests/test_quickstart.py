@@ -86,7 +86,7 @@ def test_run_sh_all_asr_stages(tmp_path):
     assert "%CER" in table.splitlines()[0]
     for run_name in ("dnn_ddp-n3", "dnn_gossip_bmuf-n3"):
         for test_set in ("test_clean", "test_other"):
-            for method in ("greedy", "beam (beam 8) + LM"):
+            for method in ("greedy", "beam (beam 16) + LM"):  # the recipe decodes with beam 16 (its run.sh)
                 assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
     # at a glance: one row per run (its %WER and %CER of each test set, MB/step, vs DDP), first
     head = table.splitlines()[0]
