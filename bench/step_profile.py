@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from bench import machine_load  # noqa: E402
 from bench.cluster.runs import NO_COMM, SETTINGS, SettingRun  # noqa: E402
 from bench.cluster.workloads import Synthetic, parse_count  # noqa: E402
+from bench.quality import free_port  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer", "sync")
 
@@ -58,21 +58,14 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
     syncs = []
 
     def step(record: bool) -> None:
-        t0 = time.perf_counter()
+        t = [time.perf_counter()]
         loss = wl.loss(run.model, next(batches))
-        t1 = time.perf_counter()
-        run.optimizer.zero_grad(set_to_none=True)
-        (loss.backward() if run.run is None else run.run.accelerator.backward(loss))
-        t2 = time.perf_counter()
-        run.optimizer.step()
-        t3 = time.perf_counter()
-        if run.run is not None:
-            run.run.after_step()
-        t4 = time.perf_counter()
+        t.append(time.perf_counter())
+        run.step(loss, lambda phase: t.append(time.perf_counter()))
         if record:
-            for p, dt in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-                spent[p] += dt
-            syncs.append(t4 - t3)
+            for p, t0, t1 in zip(PHASES, t, t[1:]):
+                spent[p] += t1 - t0
+            syncs.append(t[-1] - t[-2])
 
     for _ in range(job["warmup"]):
         step(False)
@@ -92,17 +85,11 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
     shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure(job: dict, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ranks.json")
         before = machine_load.snapshot()
-        mp.start_processes(_worker, args=(workers, _free_port(), job, out), nprocs=workers, start_method="spawn")
+        mp.start_processes(_worker, args=(workers, free_port(), job, out), nprocs=workers, start_method="spawn")
         ranks = json.loads(Path(out).read_text())
     row = {**job, "steps_per_s": job["steps"] / max(r["seconds"] for r in ranks),
            "wrapped": ranks[0]["wrapped"], **{p: statistics.mean(r[p] for r in ranks) for p in PHASES},

@@ -245,6 +245,15 @@ RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd"
            "gossip_bmuf_overlap": 11, "bmuf_overlap_mix": 13}
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a spawned group's MASTER_PORT)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:
     """mp.spawn that cannot hang a test: after ``timeout`` seconds the workers are killed and it raises."""
     ctx = mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")

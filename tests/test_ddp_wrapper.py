@@ -8,7 +8,6 @@ replicas stay equal through it), and a synchronized run without it matches the s
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import warnings
 
@@ -21,7 +20,7 @@ from gossip_accel.sync import toy
 from gossip_accel.sync.config import load_sync_config
 from gossip_accel.sync.integrations.accelerate import ddp_wrapper_needed
 from gossip_accel.sync.simulate import SimulatedCluster
-from harness import BASE, DATA_SEED, LR, assert_states_close, spawn_with_timeout
+from harness import BASE, DATA_SEED, LR, assert_states_close, free_port, spawn_with_timeout
 
 WORLD = 4  # a hierarchy of 2 groups of 2
 CASES = {  # name -> (sync overrides, DDP wrapper expected)
@@ -61,14 +60,8 @@ def _worker(rank: int, port: int, outdir: str) -> None:
     shutdown()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _results(tmp_path) -> list[dict]:
-    spawn_with_timeout(_worker, (_free_port(), str(tmp_path)), WORLD, timeout=300)
+    spawn_with_timeout(_worker, (free_port(), str(tmp_path)), WORLD, timeout=300)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
 
 

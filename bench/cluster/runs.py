@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -66,20 +66,25 @@ class SettingRun:
         """Steps after which the traffic pattern repeats: the longest sync period (1 without sync)."""
         return max(c.period for c in self.sync.components) if self.sync is not None else 1
 
-    def step(self, loss: torch.Tensor) -> None:
-        """Backward, clip, optimizer step, synchronization (as train_lm does)."""
+    def step(self, loss: torch.Tensor, lap: Optional[Callable[[str], None]] = None) -> None:
+        """Backward, clip, optimizer step, synchronization (as train_lm does); ``lap(phase)`` is called
+        at the end of each phase ("backward", "optimizer", "sync"; bench/step_profile.py times them)."""
+        lap = lap or (lambda phase: None)
         self.optimizer.zero_grad(set_to_none=True)
         if self.run is None:
             loss.backward()
             if self.clip_norm:
                 torch.nn.utils.clip_grad_norm_(self.core.parameters(), self.clip_norm)
-            self.optimizer.step()
-            return
-        self.run.accelerator.backward(loss)
-        if self.clip_norm:
-            self.run.accelerator.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+        else:
+            self.run.accelerator.backward(loss)
+            if self.clip_norm:
+                self.run.accelerator.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+        lap("backward")
         self.optimizer.step()
-        self.run.after_step()
+        lap("optimizer")
+        if self.run is not None:
+            self.run.after_step()
+        lap("sync")
 
     def traffic(self) -> Counter:
         """Periodic traffic of this worker so far (bytes sent/received, seconds in comm calls)."""

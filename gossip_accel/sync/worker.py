@@ -28,7 +28,7 @@ def relative_distance(pieces: Sequence[torch.Tensor], ref: torch.Tensor) -> floa
     sq, off = 0.0, 0
     for piece in pieces:
         n = piece.numel()
-        sq += float(torch.dist(piece.reshape(-1).float(), ref[off:off + n])) ** 2  # fused: 6x a sum of squares
+        sq += float(torch.dist(piece.reshape(-1).float(), ref[off:off + n])) ** 2  # one kernel, no temporary of the difference squared
         off += n
     return math.sqrt(sq) / (float(torch.linalg.vector_norm(ref)) + 1e-12)
 

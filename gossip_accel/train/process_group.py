@@ -61,8 +61,7 @@ def start_accelerator(cpu: Optional[bool], collective_timeout: float) -> Any:
     set_timeout_setting("train.collective_timeout")  # what a CollectiveTimeout of the trainers says to raise
     init_process_group(cpu, timedelta(seconds=collective_timeout))
     timeout = InitProcessGroupKwargs(timeout=timedelta(seconds=collective_timeout))
-    # gradients as views of DDP's buckets: no copy of every gradient into a bucket and back at each
-    # backward (with the synchronizer's no-op hook that copy was all DDP did: +47% backward time for a
-    # 10M-parameter model on CPU, docs/RESULTS.md "Where a worker's time goes")
+    # where DDP wraps the model (the DDP baseline, sync.hierarchy; sync/integrations/accelerate.prepare),
+    # its gradients are views of its buckets: no copy of every gradient into a bucket and back at each backward
     buckets = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
     return Accelerator(cpu=cpu, kwargs_handlers=[timeout, buckets])

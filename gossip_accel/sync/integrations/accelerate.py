@@ -29,8 +29,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..comm import Counter, ring_allreduce_bytes
-from ..config import ConfigError
-from ..hierarchical import HierarchicalSynchronizer
+from ..config import ConfigError, load_sync_config
+from ..hierarchical import HierarchicalSynchronizer, resolved_group_size
 from ..synchronizer import Synchronizer
 from ..usage import UsageError
 from ..warmup import warmup_ddp_hook
@@ -125,20 +125,16 @@ class AccelerateSynchronizer(Synchronizer):
 def ddp_wrapper_needed(accelerator: Any, cfg: Any) -> Optional[str]:
     """Why a run of this sync config needs DDP's wrapper around the model, or None where the synchronizer
     needs nothing of it: with its no-op hook DDP communicates nothing, yet it still copies every gradient into
-    its buckets and back at each backward (+30% of the step of a 10M-parameter model on 2 CPU cores,
+    its buckets and back at each backward (+23% step time of a 10M-parameter model on 2 CPU cores,
     docs/RESULTS.md "Where a worker's time goes"). Needed for DDP itself (``sync.enabled=false``), DeepSpeed,
     ``sync.hierarchy`` (DDP all-reduces inside each group) and ``sync.buffers=broadcast`` (DDP's per-forward
     broadcast of rank 0's buffers). A gradient warm-up averages in optimizer pre-hooks without it."""
-    from ..config import load_sync_config
-
     cfg = load_sync_config(cfg)
     if not cfg.enabled:
         return "sync.enabled=false: DDP's gradient all-reduce is the training"
     if getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None) is not None:
         return "DeepSpeed prepares its own engine"
-    from ..hierarchical import resolved_group_size
-
-    if resolved_group_size(cfg) > 1:
+    if _hierarchical(cfg, (), None):
         return "sync.hierarchy: DDP all-reduces the gradients inside each group"
     if cfg.buffers == "broadcast":
         return "sync.buffers=broadcast: DDP broadcasts rank 0's buffers at every forward"
@@ -196,9 +192,6 @@ def register_hook_once(model: DistributedDataParallel, state: Any, hook: Any) ->
 
 
 def _hierarchical(config: Any, overrides: Sequence[str], process_group: Optional[dist.ProcessGroup]) -> bool:
-    from ..config import load_sync_config
-    from ..hierarchical import resolved_group_size
-
     return process_group is None and resolved_group_size(load_sync_config(config, overrides)) > 1
 
 
