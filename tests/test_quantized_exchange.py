@@ -49,6 +49,56 @@ def test_round_trip_error_is_at_most_half_a_step(codec, length):
     assert torch.allclose(y.abs().amax(), x.abs().amax(), rtol=1e-5 if codec.scale_dtype == torch.float32 else 2.0 ** -8)
 
 
+def reference_codes(codec: Codec, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module docstring's quantizer element by element: (codes, scales) of each row of ``x``."""
+    rows, length = x.shape
+    codes = torch.zeros(rows, length, dtype=torch.int64)
+    scales = torch.zeros(rows, codec.scale_count(length))
+    big = torch.finfo(codec.scale_dtype).max
+    for r in range(rows):
+        for j in range(scales.shape[1]):
+            block = x[r, j * codec.block:(j + 1) * codec.block].double()
+            m = float(block.abs().max())
+            s = torch.tensor(min(m / codec.qmax, big) if m == m else m).to(codec.scale_dtype).float()
+            scales[r, j] = s
+            for i, v in enumerate(block.tolist(), j * codec.block):
+                c = 0.0 if not s > 0 or v != v else v / float(s)
+                codes[r, i] = int(max(-codec.qmax, min(codec.qmax, round(c) if abs(c) != math.inf else c)))
+    return codes, scales
+
+
+@pytest.mark.parametrize("codec", CODECS + [Codec(8, 1), Codec(4, 3, torch.bfloat16)],
+                         ids=IDS + ["int8-1", "int4-3-bf16"])
+@pytest.mark.parametrize("length", [1, 6, 9, 64, 97])
+def test_codes_and_scales_are_the_quantizer_exactly(codec, length):
+    """The packed payload holds exactly the docstring's codes and scales, for values spanning the fp32
+    range, subnormals, +-inf and NaN (the fast path skips the clamp only where it cannot matter)."""
+    g = torch.Generator().manual_seed(7 * length + codec.block)
+    x = torch.randn(2, length, generator=g).double() * torch.logspace(-44, 38, length, dtype=torch.float64)
+    x = x[:, torch.randperm(length, generator=g)].float()
+    if length > 5:
+        x[0, 1], x[1, 2], x[1, 4] = float("nan"), float("inf"), -float("inf")
+        x[0, 3] = 3e-42
+    codes, scales = reference_codes(codec, x)
+    payload = codec.encode(x)
+    vb = codec.value_bytes(length)
+    got_scales = payload[:, vb:].reshape(-1).clone().view(codec.scale_dtype).view(2, -1).float()
+    assert torch.equal(got_scales.isnan(), scales.isnan())
+    assert torch.equal(got_scales.nan_to_num(0.0), scales.nan_to_num(0.0))
+    if codec.bits == 8:
+        got = payload[:, :vb].contiguous().view(torch.int8).long()
+    else:
+        nibbles = torch.stack([payload[:, :vb] & 15, payload[:, :vb] >> 4], -1).view(2, -1).long() - 8
+        got = nibbles[:, :length]
+        if length % 2:
+            assert (nibbles[:, length] == 0).all()
+    assert torch.equal(got, codes)
+    decoded = codec.decode(payload, length)
+    expected = codes.float() * scales.repeat_interleave(codec.block, 1)[:, :length]
+    assert torch.equal(decoded.isnan(), expected.isnan())
+    assert torch.equal(decoded.nan_to_num(0.0), expected.nan_to_num(0.0))
+
+
 def test_zero_blocks_and_exact_codes():
     codec = Codec(4, 4)
     x = torch.tensor([[0.0, 0.0, 0.0, 0.0, 7.0, -3.0, 1.0, 0.0, 1.0]])

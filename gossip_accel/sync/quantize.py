@@ -43,6 +43,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from .health import finite
+
 #: ``sync.exchange_dtype`` values of the quantized wire and their bits per code
 QUANT_BITS = {"int8": 8, "int4": 4}
 #: ``sync.quant_scale_dtype`` values and their torch dtypes
@@ -74,23 +76,32 @@ class Codec:
         return self.value_bytes(length) + self.scale_count(length) * torch.finfo(self.scale_dtype).bits // 8
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Q(x) of each row of ``x`` (rows, L) fp32: a uint8 tensor (rows, payload_bytes(L))."""
+        """Q(x) of each row of ``x`` (rows, L) fp32: a uint8 tensor (rows, payload_bytes(L)).
+
+        One division, one rounding and one packing pass over the codes: the clamp to +-q_max and the NaN
+        handling run only when a block is non-finite or its scale subnormal (a finite block's |x_i / s_j| is
+        at most q_max (1 + 2^-8) < q_max + 1/2 with fp32 or bf16 scales, so its codes round into range)."""
         rows, length = x.shape
         nb = self.scale_count(length)
-        blocks = torch.zeros(rows, nb * self.block, dtype=torch.float32, device=x.device)
-        blocks[:, :length] = x
-        blocks = blocks.view(rows, nb, self.block)
-        scale = (blocks.abs().amax(-1) / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
-        s = scale.float().unsqueeze(-1)
-        codes = torch.where(s > 0, blocks / s, torch.zeros_like(blocks))  # NaN/inf blocks decode non-finite (s)
-        codes = codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax).to(torch.int8).view(rows, -1)[:, :length]
-        if self.bits == 8:
-            values = codes.contiguous().view(torch.uint8)
+        full = nb * self.block
+        blocks = _padded(x, full).view(rows, nb, self.block)
+        absmax = torch.maximum(blocks.amax(-1), blocks.amin(-1).neg_())  # NaN where a block holds one
+        scale = (absmax / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
+        s = scale.float()
+        in_range = bool(torch.isfinite(absmax).all()) and not bool(((s > 0) & (s < _TINY)).any())
+        # s = 0 (an all-zero block) or NaN divides by inf: code 0, as every element of a NaN block
+        codes = blocks / torch.where(s > 0, s, torch.inf).unsqueeze(-1)
+        if in_range:
+            codes.round_()
         else:
-            nibbles = (codes + 8).to(torch.uint8)
-            if length % 2:
-                nibbles = torch.cat([nibbles, torch.full((rows, 1), 8, dtype=torch.uint8, device=x.device)], 1)
-            values = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)
+            codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax)
+        codes = codes.view(rows, full)
+        if self.bits == 8:
+            values = codes[:, :length].to(torch.int8).view(torch.uint8)
+        elif full % 2 == 0:
+            values = _nibbles(codes, self.value_bytes(length))
+        else:  # an odd block and an odd number of blocks: one more code 0
+            values = _nibbles(torch.cat([codes, codes.new_zeros(rows, 1)], 1), self.value_bytes(length))
         return torch.cat([values, scale.contiguous().view(torch.uint8)], 1)
 
     def decode(self, payload: torch.Tensor, length: int) -> torch.Tensor:
@@ -100,16 +111,50 @@ class Codec:
         values = payload[:, :vb]
         # a fresh flat copy: viewing bytes as floats needs an aligned start and stride
         scale = payload[:, vb:].reshape(-1).clone().view(self.scale_dtype).view(rows, -1).float()
-        if self.bits == 8:
-            codes = values.contiguous().view(torch.int8).float()
-        else:
-            lo = (values & 15).to(torch.int16) - 8
-            hi = (values >> 4).to(torch.int16) - 8
-            codes = torch.stack([lo, hi], -1).view(rows, 2 * vb)[:, :length].float()
         nb = scale.shape[1]
-        out = torch.zeros(rows, nb * self.block, dtype=torch.float32, device=payload.device)
-        out[:, :length] = codes
-        return out.view(rows, nb, self.block).mul_(scale.unsqueeze(-1)).view(rows, -1)[:, :length]
+        full = nb * self.block
+        width = max(full, 2 * vb) if self.bits == 4 else full
+        out = torch.empty(rows, width, dtype=torch.float32, device=payload.device)
+        if self.bits == 8:
+            out[:, :length] = values.view(torch.int8)
+        else:  # low nibble first, each c + 8
+            pairs = out[:, :2 * vb].view(rows, vb, 2)
+            pairs[..., 0].copy_(values & 15)
+            pairs[..., 1].copy_(values >> 4)
+            out[:, :2 * vb].sub_(8)
+        out[:, length:].zero_()
+        blocks = out[:, :full] if width == full else out[:, :full].contiguous()
+        blocks = blocks.view(rows, nb, self.block).mul_(scale.unsqueeze(-1)).view(rows, full)
+        return blocks[:, :length]
+
+
+#: the smallest normal fp32 (and bf16) scale: below it a scale loses relative precision
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def _nibbles(codes: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """The first ``nbytes`` bytes of int4 codes (rows, even width) in fp32, two per byte, low nibble first:
+    (c_lo + 8) + 16 (c_hi + 8), exact in fp32 (codes past L are 0: nibble 8)."""
+    pairs = codes.view(codes.shape[0], -1, 2)[:, :nbytes]
+    return torch.add(pairs[..., 0], pairs[..., 1], alpha=16).add_(136).to(torch.uint8)
+
+
+def _padded(x: torch.Tensor, full: int) -> torch.Tensor:
+    """``x`` (rows, L) zero-padded to (rows, full) fp32 and contiguous: ``x`` itself when it already is."""
+    rows, length = x.shape
+    if length == full and x.is_contiguous() and x.dtype == torch.float32:
+        return x
+    out = torch.empty(rows, full, dtype=torch.float32, device=x.device)
+    out[:, :length] = x
+    out[:, length:].zero_()
+    return out
+
+
+def _restart_nonfinite_(t: torch.Tensor) -> None:
+    """Non-finite entries of a residual or public copy restart at 0 (in place; a finite tensor, the usual
+    case, is only read once, by :func:`~gossip_accel.sync.health.finite`)."""
+    if not finite(t):
+        t.nan_to_num_(0.0, 0.0, 0.0)
 
 
 def codec_of(cfg) -> Optional[Codec]:
@@ -124,20 +169,20 @@ def compress_(codec: Codec, x: torch.Tensor, residual: torch.Tensor) -> torch.Te
     v = x + residual
     payload = codec.encode(v)
     torch.sub(v, codec.decode(payload, x.shape[1]), out=residual)
-    residual.nan_to_num_(0.0, 0.0, 0.0)
+    _restart_nonfinite_(residual)
     return payload
 
 
 def apply_to_copy_(codec: Codec, copy: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
     """A public copy (1-D) <- copy + D(payload), in place; a copy left non-finite by the previous message
     restarts at 0 first (both ends of the edge do the same, so they stay equal)."""
-    copy.nan_to_num_(0.0, 0.0, 0.0)
+    _restart_nonfinite_(copy)
     return copy.add_(codec.decode(payload, copy.numel())[0])
 
 
 def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
     """The sender's side of an edge: returns Q(theta - hat) and applies it to its copy hat (1-D, in place)."""
-    copy.nan_to_num_(0.0, 0.0, 0.0)
+    _restart_nonfinite_(copy)
     payload = codec.encode((theta - copy).unsqueeze(0))
     apply_to_copy_(codec, copy, payload)
     return payload
