@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "the run continued to a whole sync cycle (128 steps for (16,128))")
     ap.add_argument("--steps", type=int, default=None, help="exactly this many timed steps per setting instead")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before each setting")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the list of settings this many times in turn; a row's 'vs no-comm' is the median "
+                         "of its rounds' ratios to the same round's no-comm, with their range")
     ap.add_argument("--launcher", choices=["accelerate", "torchrun"], default="accelerate")
     ap.add_argument("--delay-mode", choices=["auto", "netem", "tun", "none"], default="auto",
                     help="how one-way delay is added: netem where the kernel has it, else the TUN forwarder")
@@ -83,6 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="only render table, markdown and plots: from this script's JSON, or from the JSON of "
                          "bench.cluster.worker runs on real clusters (one network each, labelled by their --label)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error("--rounds must be >= 1")
     if args.workers < 2:
         ap.error("--workers must be >= 2 (3 or more for the ring gossip settings)")
     return args
@@ -105,7 +110,7 @@ def machine_info() -> dict:
 
 def worker_args(args: argparse.Namespace, label: str, out: Path, overhead: bool) -> list[str]:
     wa = ["--out", str(out), "--label", label, "--workloads", *args.workloads,
-          "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--lm-streams", str(args.lm_streams),
+          "--seconds", str(args.seconds), "--warmup", str(args.warmup), "--rounds", str(args.rounds), "--lm-streams", str(args.lm_streams),
           "--lm-bptt", str(args.lm_bptt), "--synthetic-batch", str(args.synthetic_batch),
           "--synthetic-width", str(args.synthetic_width), "--synthetic-depth", str(args.synthetic_depth)]
     if args.settings:

@@ -162,10 +162,27 @@ def test_ctrl_c_removes_everything(netns_ok, tmp_path):
     assert left == [], f"worker processes survived Ctrl-C: {left}"
 
 
+def test_rounds_take_each_ratio_within_its_round_and_report_the_median():
+    from bench.cluster.report import add_ratios, combine_rounds
+
+    def row(speed):
+        return {"steps_per_s": speed, "sent_bytes_per_step": 1.0}
+
+    # round 2 was a slow spell for every setting: within-round ratios stay 0.9, the medians' ratio would not
+    base = combine_rounds([row(10.0), row(5.0), row(10.0)])
+    other = combine_rounds([row(9.0), row(4.5), row(9.0)])
+    assert base["median_round"] == 0 and other["median_round"] == 0  # the lower middle of equal speeds
+    workers = {"workloads": {"w": {"rows": {"no-comm": base, "x": other}}}}
+    add_ratios(workers)
+    assert other["vs_no_comm_rounds"] == pytest.approx([0.9, 0.9, 0.9]) and other["vs_no_comm"] == pytest.approx(0.9)
+    assert base["vs_no_comm"] == 1.0
+    assert combine_rounds([row(3.0)]) == row(3.0)  # one round: the row itself, no 'rounds'
+
+
 def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
     out_json, md = tmp_path / "cluster.json", tmp_path / "tables.md"
     cmd = [*BENCH, "--workers", "3", "--networks", "1gbit/1ms", "--workloads", "synthetic:0.05M",
-           "--settings", *SETTINGS, "--steps", "3", "--warmup", "1", "--no-probe", "--json", str(out_json),
+           "--settings", *SETTINGS, "--steps", "3", "--warmup", "1", "--rounds", "2", "--no-probe", "--json", str(out_json),
            "--plots", str(tmp_path / "bench"), "--markdown", str(md)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
@@ -182,6 +199,9 @@ def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
     assert list(wl["rows"]) == SETTINGS
     for name, row in wl["rows"].items():
         assert row["steps"] == 3, name
+        # --rounds 2: the settings ran twice in turn; the row is the median round, its ratio the median ratio
+        assert len(row["rounds"]) == 2 and row["rounds"][row["median_round"]]["steps_per_s"] == row["steps_per_s"]
+        assert len(row["vs_no_comm_rounds"]) == 2 and row["vs_no_comm"] == min(row["vs_no_comm_rounds"]), name
         for key in ("steps_per_s", "tokens_per_s", "vs_no_comm", "sent_bytes_per_step", "analytic_bytes_per_step"):
             assert row[key] is not None and math.isfinite(row[key]) and row[key] >= 0, (name, key, row[key])
     rows = wl["rows"]
@@ -203,6 +223,7 @@ def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
         assert isinstance(load["quiet"], bool) and len(load["before"]["loadavg"]) == 3, name
         assert load["after"]["time"] > load["before"]["time"] and isinstance(load["after"]["busy"], list), name
         if not load["quiet"]:
-            assert f"WARNING: 1gbit/1ms synthetic-50k {name} was measured on a busy machine" in proc.stdout
+            assert re.search(rf"WARNING: 1gbit/1ms synthetic-50k {re.escape(name)} \(round [12]/2\) was measured on "
+                             r"a busy machine", proc.stdout)
     assert result["load"]["settings"] == len(SETTINGS) and net["load"] == result["load"]
     assert result["load"]["not_quiet"] == sum(not r["load"]["quiet"] for r in rows.values())

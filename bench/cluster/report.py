@@ -7,21 +7,47 @@ and the bytes as a fraction of ``ddp``'s.
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Iterator, Optional
 
 MB = 1e6
 
 
+def combine_rounds(rounds: list[dict]) -> dict:
+    """One setting's row from its rows of ``--rounds`` R: the round of median speed (the lower of the two
+    middle ones for even R), with every round's row under ``rounds`` (R > 1) and the sync-vs-raw replay
+    of the first round (the only one that measures it)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    order = sorted(range(len(rounds)), key=lambda r: rounds[r]["steps_per_s"])
+    median = order[(len(rounds) - 1) // 2]
+    return {**rounds[median], "overhead": rounds[0].get("overhead"), "median_round": median, "rounds": rounds}
+
+
 def add_ratios(workers: dict) -> None:
-    """``vs_no_comm`` (steps/s over no-comm's) and ``vs_ddp`` (bytes sent over ddp's) in every row."""
+    """``vs_no_comm`` (steps/s over no-comm's) and ``vs_ddp`` (bytes sent over ddp's) in every row.
+
+    With rounds, each round's speed is divided by the same round's no-comm (``vs_no_comm_rounds``), and
+    ``vs_no_comm`` is the median of those ratios (the lower middle one for even R): a slow spell of the machine slows a round's settings
+    alike, so the ratio within a round is steadier than the ratio of two medians."""
     for wl in workers["workloads"].values():
         rows = wl["rows"]
-        base = rows.get("no-comm", {}).get("steps_per_s")
+        base_row = rows.get("no-comm", {})
+        base = base_row.get("steps_per_s")
         ddp = rows.get("ddp", {}).get("sent_bytes_per_step")
         for row in rows.values():
             row["vs_no_comm"] = row["steps_per_s"] / base if base else None
             row["vs_ddp"] = row["sent_bytes_per_step"] / ddp if ddp else None
+            if "rounds" in row and len(base_row.get("rounds", ())) == len(row["rounds"]):
+                ratios = [r["steps_per_s"] / b["steps_per_s"] for r, b in zip(row["rounds"], base_row["rounds"])]
+                row["vs_no_comm_rounds"] = ratios
+                row["vs_no_comm"] = statistics.median_low(ratios)
+
+
+def _spread(row: dict) -> Optional[str]:
+    ratios = row.get("vs_no_comm_rounds")
+    return None if not ratios else f"{min(ratios):.2f}-{max(ratios):.2f}"
 
 
 def _f(value: Optional[float], fmt: str, scale: float = 1.0) -> str:
@@ -59,6 +85,7 @@ COLUMNS = [  # header, row -> text
     ("steps/s", lambda s, r: _f(r["steps_per_s"], ".2f")),
     ("tokens/s", lambda s, r: _f(r["tokens_per_s"], ".0f")),
     ("vs no-comm", lambda s, r: _f(r.get("vs_no_comm"), ".3f")),
+    ("rounds vs no-comm", lambda s, r: _spread(r) or "-"),
     ("MB sent/step", lambda s, r: _f(r["sent_bytes_per_step"], ".4f", MB)),
     ("MB recv/step", lambda s, r: _f(r["recv_bytes_per_step"], ".4f", MB)),
     ("analytic MB", lambda s, r: _f(r["analytic_bytes_per_step"], ".4f", MB)),

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from bench import machine_load
-from bench.cluster import overhead, timing
+from bench.cluster import overhead, report, timing
 from bench.cluster.runs import ALL_SETTINGS, DDP, DEFAULT_SETTINGS, NO_COMM, SettingRun, check_settings
 from bench.cluster.workloads import ROOT, Workload, make_workload
 
@@ -49,6 +49,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                          "continued to a whole sync cycle")
     ap.add_argument("--steps", type=int, default=None, help="exactly this many timed steps instead of --seconds")
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps first")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the whole list of settings this many times in turn; each round's speed is taken "
+                         "against the same round's no-comm, and the row reports the median round")
     ap.add_argument("--no-overhead", action="store_true", help="skip the sync-vs-raw-exchange measurement")
     ap.add_argument("--lm-data", default=str(ROOT / "local" / "data" / "wiki_mini"))
     ap.add_argument("--lm-streams", type=int, default=4)
@@ -125,8 +128,9 @@ def averaged_quality(wl: Workload, run: SettingRun, snapshot: dict) -> Optional[
     return wl.quality(run.core)
 
 
-def run_setting(wl: Workload, setting: str, args: argparse.Namespace, device: torch.device, exp: Path) -> dict:
-    """This rank's measurements of one setting."""
+def run_setting(wl: Workload, setting: str, args: argparse.Namespace, device: torch.device, exp: Path,
+                with_overhead: bool = True) -> dict:
+    """This rank's measurements of one setting (the sync-vs-raw-exchange replay only ``with_overhead``)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     wall = time.perf_counter()
     model, opt = wl.build()
@@ -154,7 +158,7 @@ def run_setting(wl: Workload, setting: str, args: argparse.Namespace, device: to
         "tcp_retransmits": retrans1 - retrans0 if retrans0 is not None and retrans1 is not None else None,
         "parameters": sum(p.numel() for p in run.core.parameters()), **describe_sync(run, world),
     }
-    if run.sync is not None and not args.no_overhead:
+    if run.sync is not None and with_overhead and not args.no_overhead:
         out["overhead"] = overhead.measure(run.sync, device)
     out["quality"] = averaged_quality(wl, run, snapshot)
     out["quality_of"] = "each replica (mean)" if setting == NO_COMM else "average of the replicas"
@@ -219,19 +223,23 @@ def main(argv: Optional[list[str]] = None) -> None:
     for spec in args.workloads:
         wl = make_workload(spec, Path(args.lm_data), args.lm_streams, args.lm_bptt, args.synthetic_batch,
                            args.synthetic_width, args.synthetic_depth)
-        rows = {}
-        for setting in args.settings:
-            before = machine_load.snapshot() if rank == 0 else None
-            mine = run_setting(wl, setting, args, device, exp)
-            gc.collect()  # the setting's model, optimizer and synchronizer are gone: free them before the next
-            gathered: list = [None] * world
-            dist.all_gather_object(gathered, mine)
-            rows[setting] = aggregate(gathered, wl.tokens_per_step)
-            if rank == 0:  # (accelerator.print prints on every node's local main process)
-                rows[setting]["load"] = machine_load.assess(before, machine_load.snapshot())
-                print(progress(args.label, wl.name, setting, rows[setting]), flush=True)
-                if (w := machine_load.warning(rows[setting]["load"], f"{args.label} {wl.name} {setting}")):
-                    print(f"[bench] {w}", flush=True)  # echoed by the driver (bench/cluster/launch.py)
+        rounds: dict[str, list[dict]] = {setting: [] for setting in args.settings}
+        for r in range(args.rounds):  # settings in turn, so a slow spell of the machine hits every setting
+            for setting in args.settings:
+                before = machine_load.snapshot() if rank == 0 else None
+                mine = run_setting(wl, setting, args, device, exp, with_overhead=r == 0)
+                gc.collect()  # the setting's model, optimizer and synchronizer are gone: free them before the next
+                gathered: list = [None] * world
+                dist.all_gather_object(gathered, mine)
+                row = aggregate(gathered, wl.tokens_per_step)
+                rounds[setting].append(row)
+                if rank == 0:  # (accelerator.print prints on every node's local main process)
+                    row["load"] = machine_load.assess(before, machine_load.snapshot())
+                    label = setting if args.rounds == 1 else f"{setting} (round {r + 1}/{args.rounds})"
+                    print(progress(args.label, wl.name, label, row), flush=True)
+                    if (w := machine_load.warning(row["load"], f"{args.label} {wl.name} {label}")):
+                        print(f"[bench] {w}", flush=True)  # echoed by the driver (bench/cluster/launch.py)
+        rows = {setting: report.combine_rounds(rs) for setting, rs in rounds.items()}
         result["workloads"][wl.name] = {"spec": spec, "tokens_per_step_per_worker": wl.tokens_per_step,
                                         "parameters": next(iter(rows.values()))["parameters"], "rows": rows}
     result["worker_seconds"] = time.perf_counter() - start
