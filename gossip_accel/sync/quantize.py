@@ -123,9 +123,8 @@ class Codec:
             pairs[..., 1].copy_(values >> 4)
             out[:, :2 * vb].sub_(8)
         out[:, length:].zero_()
-        blocks = out[:, :full] if width == full else out[:, :full].contiguous()
-        blocks = blocks.view(rows, nb, self.block).mul_(scale.unsqueeze(-1)).view(rows, full)
-        return blocks[:, :length]
+        out[:, :full].view(rows, nb, self.block).mul_(scale.unsqueeze(-1))  # a view even when width > full
+        return out[:, :length]
 
 
 #: the smallest normal fp32 (and bf16) scale: below it a scale loses relative precision
