@@ -1,13 +1,13 @@
 """Where a worker's time goes: forward, backward, optimizer step and sync per training step.
 
-    .venv/bin/python bench/step_profile.py [--workers 4] [--steps 256] [--size 10M]
+    .venv/bin/python bench/step_profile.py [--workers 4] [--steps 256] [--workload synthetic:10M | lm]
         [--settings no-comm "gossip_bmuf-(16,128)" ...] [--ddp-wrapper auto|always|both]
         [--json bench/results/step_profile.json] [--plot docs/img/step_profile.png] [--report JSON]
 
 Spawns real gloo workers on this machine (localhost, no link shaping: what remains is the CPU cost of
-communicating) on the synthetic workload of ``bench/cluster_bench.py`` (``synthetic:SIZE``: an
-embedding table of about SIZE parameters and a small MLP body, the (16,128) split with 8 embedding
-shards) and times every phase of each step on each rank, after ``--warmup`` untimed steps (the
+communicating) on a workload of ``bench/cluster_bench.py`` (``synthetic:SIZE``: an embedding table
+of about SIZE parameters and a small MLP body, the (16,128) split with 8 embedding shards; ``lm``: the
+LM recipe's mini LSTMP LM on wiki_mini, 4 streams x 40 tokens a step) and times every phase of each step on each rank, after ``--warmup`` untimed steps (the
 recipes' 32 warm-up steps). A setting is ``no-comm`` or a name of ``bench/sync_traffic.py``'s SETTINGS.
 ``--ddp-wrapper always`` wraps the synchronized model in DDP (with the synchronizer's no-op hook) as
 every run did before the trainers skipped it; ``both`` measures each setting both ways. Prints a table
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import machine_load  # noqa: E402
 from bench.cluster.runs import NO_COMM, SETTINGS, SettingRun  # noqa: E402
-from bench.cluster.workloads import Synthetic, parse_count  # noqa: E402
+from bench.cluster.workloads import make_workload  # noqa: E402
 from bench.quality import free_port  # noqa: E402
 
 PHASES = ("forward", "backward", "optimizer", "sync")
@@ -46,7 +46,7 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
     torch.set_num_threads(1)
     from gossip_accel import shutdown
 
-    wl = Synthetic(job["size"], 256, 256, 2)
+    wl = make_workload(job["workload"], ROOT / "local" / "data" / "wiki_mini", 4, 40, 256, 256, 2)
     model, opt = wl.build()
     setting = job["setting"]
     if setting == NO_COMM:
@@ -136,7 +136,8 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=256, help="timed steps (256: two (16,128) cycles)")
     ap.add_argument("--warmup", type=int, default=33, help="untimed steps first (the recipes' 32 warm-up steps)")
-    ap.add_argument("--size", default="10M", help="parameters of the synthetic model")
+    ap.add_argument("--workload", default="synthetic:10M",
+                    help="synthetic:SIZE (an embedding table of SIZE parameters) or lm (the mini LSTMP LM)")
     ap.add_argument("--settings", nargs="+", default=[NO_COMM, "gossip_bmuf-(16,128)"])
     ap.add_argument("--ddp-wrapper", choices=("auto", "always", "both"), default="both")
     ap.add_argument("--json", default=str(ROOT / "bench/results/step_profile.json"))
@@ -148,6 +149,11 @@ def main(argv=None) -> None:
         print(table(rows))
         plot(rows, Path(args.plot))
         return
+    if args.workload != "lm":  # a bad spec is refused here; the LM reads its data in each worker
+        try:
+            make_workload(args.workload, ROOT, 1, 1, 1, 1, 1)
+        except ValueError as e:
+            ap.error(str(e))
     unknown = [s for s in args.settings if s != NO_COMM and s not in SETTINGS]
     if unknown:
         ap.error(f"unknown settings {unknown}; choose no-comm or one of {', '.join(SETTINGS)}")
@@ -155,7 +161,7 @@ def main(argv=None) -> None:
     rows = []
     for setting in args.settings:
         for wrap in ([None] if setting == NO_COMM else wraps):
-            job = {"setting": setting, "ddp_wrapper": wrap, "size": parse_count(args.size), "steps": args.steps,
+            job = {"setting": setting, "ddp_wrapper": wrap, "workload": args.workload, "steps": args.steps,
                    "warmup": args.warmup}
             rows.append(measure(job, args.workers))
             r = rows[-1]
@@ -166,7 +172,7 @@ def main(argv=None) -> None:
     print(table(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "workers": args.workers,
-                                           "size": args.size, "rows": rows}, indent=2))
+                                           "workload": args.workload, "rows": rows}, indent=2))
     plot(rows, Path(args.plot))
     print(f"[step_profile] wrote {args.json} and {args.plot}")
 

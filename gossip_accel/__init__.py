@@ -27,8 +27,13 @@ def __getattr__(name: str):
 
 
 def shutdown() -> None:
-    """Tear down torch.distributed before exit: barrier, destroy_process_group, then wait until
-    the gloo work threads have let go of the last collectives' tensors.
+    """Tear down torch.distributed before exit: wait for any exchange still in flight, barrier,
+    destroy_process_group, then wait until the gloo work threads have let go of the last
+    collectives' tensors.
+
+    An exchange still in flight is one posted by an overlapped sync (``sync.overlap_steps``) whose
+    Synchronizer was closed after an error or dropped without ``finalize()``: it is waited for
+    (:func:`gossip_accel.sync.comm.drain_in_flight`), its result discarded, with a warning.
 
     A gloo process that exits right after a collective can abort with SIGABRT ("terminate called
     without an active exception"): a work thread that drops a tensor while the interpreter is
@@ -38,8 +43,15 @@ def shutdown() -> None:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        from .sync.comm import wait_for_idle_gloo_workers
+        import warnings
 
+        from .sync.comm import drain_in_flight, wait_for_idle_gloo_workers
+
+        if names := drain_in_flight():
+            warnings.warn("gossip_accel.shutdown: exchanges posted without waiting (sync.overlap_steps, ADPSGD) were "
+                          f"still in flight for {', '.join(sorted(set(names)))}: their Synchronizer was closed or "
+                          "dropped without finalize(), so no final average was taken; waited for them, discarded them",
+                          RuntimeWarning, stacklevel=2)
         dist.barrier()
         dist.destroy_process_group()
         wait_for_idle_gloo_workers()

@@ -118,7 +118,7 @@ def test_step_profile_times_every_phase_with_and_without_the_wrapper(tmp_path):
     from bench import step_profile
 
     out = tmp_path / "profile.json"
-    step_profile.main(["--workers", "2", "--steps", "6", "--warmup", "2", "--size", "20k", "--settings", "no-comm",
+    step_profile.main(["--workers", "2", "--steps", "6", "--warmup", "2", "--workload", "synthetic:20k", "--settings", "no-comm",
                        "bmuf-(16,128)", "--json", str(out), "--plot", str(tmp_path / "profile.png")])
     rows = json.loads(out.read_text())["rows"]
     assert [(r["setting"], r["wrapped"]) for r in rows] == [("no-comm", False), ("bmuf-(16,128)", True),
@@ -126,3 +126,17 @@ def test_step_profile_times_every_phase_with_and_without_the_wrapper(tmp_path):
     for r in rows:
         assert r["steps_per_s"] > 0 and r["backward"] > 0 and r["optimizer"] > 0, r
     assert (tmp_path / "profile.png").stat().st_size > 0
+
+
+def test_step_profile_refuses_an_unknown_workload(capsys):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench import step_profile
+
+    with pytest.raises(SystemExit):
+        step_profile.main(["--workload", "synthetic:lots"])
+    assert "parameter count 'lots'" in capsys.readouterr().err

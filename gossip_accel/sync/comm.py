@@ -155,7 +155,7 @@ class Communicator:
         start = time.perf_counter()
         with guard("all-reduce", name, self._all(), self.group):
             work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        return PendingAllreduce(name, buffer, work, time.perf_counter() - start, self.stats)
+        return _posted(PendingAllreduce(name, buffer, work, time.perf_counter() - start, self.stats))
 
     def allreduce_finish(self, pending: "PendingAllreduce") -> None:
         """Wait for :meth:`allreduce_start`'s all-reduce: buffer <- the mean; counted once, where it was posted."""
@@ -164,7 +164,7 @@ class Communicator:
         start = time.perf_counter()
         with guard("all-reduce", pending.name, self._all(), self.group):
             pending.work.wait()
-        pending.done = True
+        _waited(pending)
         pending.buffer.div_(self.world_size)
         moved = ring_allreduce_bytes(pending.buffer.numel() * pending.buffer.element_size(), self.world_size)
         pending.stats.add(pending.name, moved, moved, pending.post_seconds + time.perf_counter() - start)
@@ -291,7 +291,7 @@ class Communicator:
         start = time.perf_counter()
         with guard("exchange", _names(items), _peers(items, self._global), self.group):
             works = dist.batch_isend_irecv(ops) if ops else []
-        return PendingExchange(list(items), works, time.perf_counter() - start, stats=self.stats)
+        return _posted(PendingExchange(list(items), works, time.perf_counter() - start, stats=self.stats))
 
     def exchange_finish(self, pending: "PendingExchange") -> None:
         """Wait for an exchange posted by :meth:`exchange_start` and count its traffic (once)."""
@@ -301,7 +301,7 @@ class Communicator:
         with guard("exchange", _names(pending.items), _peers(pending.items, self._global), self.group):
             for work in pending.works:
                 work.wait()
-        pending.done = True
+        _waited(pending)
         items = pending.items
         if not pending.works:
             return
@@ -347,6 +347,50 @@ class PendingAllreduce:
     post_seconds: float = 0.0
     stats: Optional[CommStats] = None
     done: bool = False
+
+
+#: exchanges and all-reduces posted (``*_start``) and not yet waited for (``*_finish``), in this process,
+#: by id: held until waited for, so that :func:`drain_in_flight` finds those of a dropped Synchronizer
+_IN_FLIGHT: dict[int, "PendingExchange | PendingAllreduce"] = {}
+_IN_FLIGHT_LOCK = threading.Lock()
+
+
+def _posted(pending):
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT[id(pending)] = pending
+    return pending
+
+
+def _waited(pending) -> None:
+    pending.done = True
+    with _IN_FLIGHT_LOCK:
+        _IN_FLIGHT.pop(id(pending), None)
+
+
+def drain_in_flight() -> list[str]:
+    """Wait for every exchange posted in this process and never waited for; returns their
+    component names (empty: nothing was in flight).
+
+    A ``Synchronizer`` with ``sync.overlap_steps`` > 0 that is closed after an error or dropped
+    without :meth:`~gossip_accel.sync.synchronizer.Synchronizer.finalize` leaves its last posted
+    exchanges in gloo; destroying the process group under them can hang or abort.
+    :func:`gossip_accel.shutdown` calls this first (every rank posted the same exchanges, so each
+    completes). Nothing is applied to any model and nothing is counted: the traffic of an exchange
+    whose result is thrown away is not a sync.
+    """
+    with _IN_FLIGHT_LOCK:
+        pending = list(_IN_FLIGHT.values())
+    names: list[str] = []
+    for p in pending:
+        if isinstance(p, PendingAllreduce):
+            p.work.wait()
+            names.append(p.name)
+        else:
+            for work in p.works:
+                work.wait()
+            names.extend(it.name for it in p.items)
+        _waited(p)
+    return names
 
 
 #: the names Linux gives the threads of a gloo process group (ProcessGroupGloo's work threads)
