@@ -96,6 +96,11 @@ SETTINGS: dict[str, tuple] = {
                                        ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
                                         "sync.components.0.period=96", "sync.block_momentum=0.7"]),
     "bmuf_eta_0.7": ("BMUF-NBM, eta 0.7", ["sync.algorithm=bmuf", "sync.block_momentum=0.7"]),
+    # issue 14: eq. 6 with the n of a gossip round: a pair averages 2 replicas, zeta n (1 - eta) = 1 gives 0.5
+    **{f"gossip_bmuf_pair_12_96_eta_{eta}": (f"gossip_bmuf_pair_12_96 with eta {eta}",
+                                            ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
+                                             "sync.components.0.period=96", f"sync.block_momentum={eta}"])
+       for eta in ("0.6", "0.5")},
     "gossip_bmuf_pair_12_96_ramp": ("gossip_bmuf_pair_12_96 with the ramp warm-up (periods 8, 16, .. up to (12,96))",
                                     ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
                                      "sync.components.0.period=96", "sync.warmup_kind=ramp", "sync.warmup_steps=16"]),

@@ -7,7 +7,8 @@ with conf/lm/period_16_128.yaml, vocabulary of the embedded wiki_mini text). For
 (the exchanged bytes do not depend on the values, so no training is needed) and, for the DDP
 baseline, real backward passes with the counting all-reduce hook. It prints a table (with the most
 bytes a worker sent in one step after the warm-up: the burst that ``sync.stagger`` spreads) and
-writes JSON. Analytic values (docs/ALGORITHMS.md): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
+writes JSON. Analytic values (docs/ALGORITHMS.md; |theta_i| in the wire's bytes, int8/int4: the coded
+payload): MA/BMUF sum_i 2(n-1)/n |theta_i| / H_i,
 local sum_i 2p |theta_i| / H_i, gossip sum_i q |theta_i| / H_i, DDP 2(n-1)/n |theta| per step;
 EASGD/ASGD (parameter server) 2(n-1)/n |theta_i| / H_i on average over the workers (the
 server's rank sends (n-1) |theta_i| / H_i, the others |theta_i| / H_i), ADPSGD |theta_i| / H_i.
@@ -33,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 from gossip_accel import Synchronizer, shutdown  # noqa: E402
 from gossip_accel.sync.comm import Counter, ring_allreduce_bytes  # noqa: E402
 from gossip_accel.sync.config import load_sync_config  # noqa: E402
+from gossip_accel.sync.precision import wire_dtype  # noqa: E402
+from gossip_accel.sync.quantize import allreduce_bytes, codec_of  # noqa: E402
 from gossip_accel.data.lm import Vocabulary, read_lines  # noqa: E402
 from gossip_accel.models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs  # noqa: E402
 
@@ -91,14 +94,19 @@ def build_model() -> torch.nn.Module:
 
 
 def analytic(sync: Synchronizer, n: int) -> float:
-    spec, topo = sync.cfg.spec, sync.topology
-    if spec.graph in ("full", "server"):  # an all-reduce; the server's collectives: the mean over ranks
-        factor = ring_allreduce_bytes(1, n)
-    elif spec.family == "pairwise":  # one partner per round
-        factor = 1.0
-    else:  # the ring: q copies received
-        factor = topo.q
-    return sum(factor * c.nbytes / c.period for c in sync.components)
+    """Bytes per step one worker sends by docs/ALGORITHMS.md, on the run's wire (``sync.exchange_dtype``):
+    a component of L elements is L x 4 bytes in fp32, L x 2 in bf16/fp16, and int8/int4 its coded payload
+    (codes + per-block scales; an all-reduce sends 2 (n-1) chunk payloads, quantize.allreduce_bytes)."""
+    spec, topo, cfg = sync.cfg.spec, sync.topology, sync.cfg
+    codec, size = codec_of(cfg), torch.empty((), dtype=wire_dtype(cfg.exchange_dtype)).element_size()
+
+    def per_sync(numel: int) -> float:
+        if spec.graph in ("full", "server"):  # an all-reduce; the server's collectives: the mean over ranks
+            return allreduce_bytes(codec, numel, n) if codec else ring_allreduce_bytes(numel * size, n)
+        factor = 1.0 if spec.family == "pairwise" else topo.q  # one partner per round; the ring: q copies received
+        return factor * (codec.payload_bytes(numel) if codec else numel * size)
+
+    return sum(per_sync(c.numel) / c.period for c in sync.components)
 
 
 def worker(rank: int, n: int, init: str, steps: int, out: str) -> None:
