@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 import machine_load  # noqa: E402
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "exit_loop.json"
 WORLD = 4
@@ -55,12 +55,6 @@ LM_TINY = ["model.hidden_size=16", "model.projection_size=8", "model.embedding_d
            "model.num_tails=1", "train.streams=2", "train.bptt=4", "train.max_steps_per_epoch=6", "train.epochs=1",
            "sync.algorithm=gossip_bmuf", "sync.period=2", "sync.components.0.period=4", "sync.warmup_steps=0",
            "train.warmup_epochs=null", "train.checkpoint_every_steps=0"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- the worker of the user_loop variant (run by torchrun) -----------------------------------------------

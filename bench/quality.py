@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench import machine_load  # noqa: E402
 from bench.quality_summary import load_summary, merge, plot_series, seed_row  # noqa: E402
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 RECIPES = {"wikitext": ROOT / "recipes" / "wikitext103" / "lm1", "gutenberg": ROOT / "recipes" / "gutenberg" / "lm1"}
 RULE = "sync.block_momentum=null"  # eta from eq. (6) of 001: zeta n (1 - eta) = C (0.75 for n = 4, zeta = 1)
@@ -241,12 +241,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error("give --grid, --settings or --set")
     args.names = names
     return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ensure_data(recipe: Path) -> Path:

@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 from gossip_accel import Synchronizer, shutdown
 from gossip_accel.sync import toy
 from gossip_accel.sync.simulate import SimulatedCluster
+from gossip_accel.train.process_group import free_port  # noqa: F401  (re-exported for the tests)
 
 WORLD = 4
 LR = 0.05
@@ -243,15 +244,6 @@ RESUMED = {"gossip_bmuf": 13, "bmuf_nbm": 7, "adpsgd_delay_lockstep": 8, "easgd"
            "bmuf_warmup_ramp": 9, "gossip_bmuf_state_average": 11, "ma_state_reset_adam": 7, "gossip_bmuf_pair_int4": 11,
            # checkpoints with an exchange in flight (posted at 10 / 12, applied at 12 / 15)
            "gossip_bmuf_overlap": 11, "bmuf_overlap_mix": 13}
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a spawned group's MASTER_PORT)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn_with_timeout(fn: Callable, args: tuple, nprocs: int, timeout: float) -> None:

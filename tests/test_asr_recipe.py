@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -13,16 +12,11 @@ import soundfile as sf
 import torch
 
 from gossip_accel.bin.train_asr import NewBob
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "librispeech" / "asr1" / "conf" / "train_dnn.yaml"
 WORDS = ["HELLO", "WORLD", "GOSSIP", "MODEL", "AVERAGE", "SPEECH", "RING", "BLOCK"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -214,7 +208,8 @@ def stages(rec: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(recipe):
     exp = recipe / "exp" / "dnn_bmuf-n2"
-    first = stages(recipe, "--avg", "2", "--avg-mode", "best", "--", *TINY, "train.max_epochs=3",
+    first = stages(recipe, "--avg", "2", "--avg-mode", "best", "--decode-methods", "greedy beam_word",
+                   "--word-lm-order", "2", "--", *TINY, "train.max_epochs=3",
                    "train.max_steps_per_epoch=3", "train.keep_checkpoints=1")
     res = json.loads((exp / "results.json").read_text())
     # every epoch's globally averaged model is kept (the checkpoints are pruned to 1); the last is the final model
@@ -234,13 +229,23 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
             assert torch.equal(v, (models[0][k].double() + models[1][k].double()).div(2).to(v.dtype)), k
     summary = json.loads((exp / "decode_test_greedy_avg_best2" / "summary.json").read_text())
     assert summary["checkpoint"] == "avg_best2" and summary["model_file"].endswith("avg_best2.pt")
+    # stage 5's word bigram of the training transcripts (no --lm-text), decoded with the lexicon by beam_word
+    word_lm = recipe / "data" / "word_lm2_lang_char"
+    info = json.loads((word_lm / "info.json").read_text())
+    assert info["order"] == 2 and info["source"] == "data/train/text" and "dev_oov_rate" in info
+    words = json.loads((exp / "decode_test_beam_word_avg_best2" / "summary.json").read_text())
+    assert words["method"] == "word" and words["word_lm"] == "data/word_lm2_lang_char" and words["checkpoint"] == "avg_best2"
+    lexicon = {line.split()[0] for line in (word_lm / "lexicon.txt").read_text().splitlines()}
+    hyp_lines = (exp / "decode_test_beam_word_avg_best2" / "hyp.txt").read_text().splitlines()
+    assert {w for line in hyp_lines for w in line.split()[1:]} <= lexicon      # only lexicon words come out
     # stage 7: the table at a glance first (one row per run), then every decode, naming the model
     table = (recipe / "exp" / "RESULTS.md").read_text().splitlines()
     assert table[0].startswith("| run | %WER test | %CER test | MB sent/step/worker |")
     assert any(line.startswith("| dnn_bmuf-n2 |") for line in table[:3])
-    assert "At a glance: greedy decoding of each run's model avg_best2" in "\n".join(table)
+    assert "At a glance: word (beam 50) + word LM decoding of each run's model avg_best2" in "\n".join(table)
     epochs = " ".join(map(str, rec["epochs"]))
     assert any(f"| test | greedy | avg_best2: epochs {epochs} |" in line for line in table)
+    assert any(f"| test | word (beam 50) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
     assert "\n".join(table) in first.stdout
     cmvn = recipe / "data" / "train" / "cmvn.ark"
     cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from gossip_accel.train import checkpoint as ckpt
 from gossip_accel.sync.faults import CollectiveTimeout, PeerLost, guard
 from harness import spawn_with_timeout
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "wikitext103" / "lm1" / "conf"
@@ -35,12 +35,6 @@ TINY = ["sync.algorithm=gossip_bmuf", "model.hidden_size=32", "model.projection_
         "model.head_size=40", "model.num_tails=1", "train.streams=4", "train.bptt=8", "train.max_steps_per_epoch=10",
         "train.epochs=2", "sync.period=3", "sync.components.0.period=6", "sync.components.0.shards=2",
         "train.checkpoint_every_steps=3"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

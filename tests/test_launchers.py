@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +11,10 @@ import torch
 
 from harness import WORLD, simulate_scenario
 from harness import assert_matches_oracle
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_toy.py"
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(cmd: list[str], out: Path) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -14,15 +13,10 @@ from gossip_accel.bin.train_lm import build_model, load_conf
 from gossip_accel.sync.components import split_components
 from gossip_accel.sync.config import load_sync_config
 from gossip_accel.data.lm import Vocabulary
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = [ROOT / "recipes" / "wikitext103" / "lm1", ROOT / "recipes" / "gutenberg" / "lm1"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fake_vocab(size: int) -> Vocabulary:

@@ -6,7 +6,6 @@ Also: the Slurm script's node-rank/master mapping, without Slurm (a fake srun)."
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,17 +15,12 @@ import torch
 
 from harness import WORLD
 from test_launchers import GOSSIP, check_against_simulator
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "utils" / "launch.sh"
 SCRIPT = Path(__file__).parent / "scripts" / "train_toy.py"
 STEPS = 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_nodes(launcher: str, out: Path, extra: list[str]) -> None:

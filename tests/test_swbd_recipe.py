@@ -9,20 +9,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "swbd" / "asr1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def linked_recipe(src: Path, dst: Path) -> Path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,18 +17,13 @@ from gossip_accel.sync.config import ConfigError, load_sync_config
 from gossip_accel.train import checkpoint as ckpt
 from gossip_accel.train.config import warmup_in_steps
 from gossip_accel.train.describe import settings_line, sync_settings
+from gossip_accel.train.process_group import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "wikitext103" / "lm1" / "conf"
 TINY = ["model.hidden_size=32", "model.projection_size=16", "model.embedding_dim=16", "model.head_size=40",
         "model.num_tails=1", "train.streams=4", "train.bptt=8", "train.max_steps_per_epoch=10", "train.epochs=2",
         "sync.period=4", "sync.components.0.period=8"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- train.warmup_epochs ---------------------------------------------------------------------------------

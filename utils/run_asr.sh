@@ -5,8 +5,10 @@
 #   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
 #   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
-#     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts
-#   6 decode every test set (--decode-methods: greedy, beam, beam_lm) with the average of each run's
+#     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts;
+#     and a word n-gram of the same text (--word-lm-order N, 0: none; KenLM's lmplz, built by
+#     utils/install_kenlm.sh when missing) with a lexicon spelled in the units (decode method beam_word)
+#   6 decode every test set (--decode-methods: greedy, beam, beam_lm, beam_word) with the average of each run's
 #     --avg N epoch models (--avg-mode best: the N lowest CV losses; last: the last N; each epoch's
 #     model is the replicas' global average) -> <run>/decode_<set>_<method>_avg_<mode><N>;
 #     --avg 0: the final model -> <run>/decode_<set>_<method>
@@ -47,10 +49,15 @@ conf=conf/train_dnn.yaml # the model conf: runs are named <exp>/<conf name witho
 use_lm=true
 lm_conf=conf/lm_units.yaml
 lm_text=""               # plain-text LM corpus; empty: data/<train-set>/text
-decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm (beam_lm needs --use-lm true)
+decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm beam_word (beam_lm needs --use-lm true,
+                         # beam_word --word-lm-order > 0)
 beam=8
 lm_weight=0.5
 insertion_bonus=1.0
+word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding); 0: none
+word_beam=50             # beam_word: beam, LM weight, score per word
+word_lm_weight=1.0
+word_score=0.0
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
 avg=5                    # stage 6 decodes the average of N epoch models of each run; 0: its final model
 avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
@@ -169,6 +176,21 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && ! sk
     touch "$lm_dir/.done"
   fi
 fi
+case $word_lm_order in ''|*[!0-9]*) die "--word-lm-order $word_lm_order: an n-gram order (0: no word LM)" ;; esac
+word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && ! skip_built 5; then
+  if [ -f "$word_lm_dir/.done" ]; then
+    log "Stage 5: $word_lm_dir exists"
+  else
+    command -v lmplz >/dev/null 2>&1 || PATH=$("$utils_dir/install_kenlm.sh"):$PATH \
+      || die "Stage 5: KenLM's lmplz is needed for the word LM (above); --word-lm-order 0 goes without it"
+    if [ -n "$lm_text" ]; then src=(--plain-text "$lm_text"); else src=(--text "data/$train_set/text"); fi
+    log "Stage 5: word ${word_lm_order}-gram and lexicon of ${src[1]} -> $word_lm_dir"
+    python -m gossip_accel.bin.make_word_lm --lang-dir "$lang" "${src[@]}" --out "$word_lm_dir" \
+      --order "$word_lm_order" --dev-text "data/$dev_set/text"
+    touch "$word_lm_dir/.done"
+  fi
+fi
 
 average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments (the average made when due)
   model_args=(--model "$1/final.pt")
@@ -197,7 +219,11 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
             [ "$use_lm" = true ] || { log "Stage 6: skipping beam_lm (--use-lm false)"; continue; }
             [ -f "$lm_dir/final.pt" ] || die "Stage 6: beam_lm needs the LM $lm_dir/final.pt (stage 5), or --decode-methods greedy"
             args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
-          *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm)" ;;
+          beam_word)
+            [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0)"
+            args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "$word_lm_weight"
+                  --word-score "$word_score") ;;
+          *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
         esac
         log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"
         python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}" "${model_args[@]}"

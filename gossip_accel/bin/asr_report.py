@@ -37,7 +37,8 @@ def decodes(run: Path) -> dict[Key, dict]:
     out = {}
     for summ in sorted(run.glob("decode_*/summary.json")):
         d = json.loads(summ.read_text())
-        method = d["method"] + (f" (beam {d['beam']})" if d.get("beam") else "") + (" + LM" if d.get("lm") else "")
+        lm = " + word LM" if d.get("word_lm") else " + LM" if d.get("lm") else ""
+        method = d["method"] + (f" (beam {d['beam']})" if d.get("beam") else "") + lm
         out[(Path(d["data"]).name, method, d.get("checkpoint", "final"))] = d
     return out
 
@@ -56,7 +57,9 @@ def _cer(summary: dict) -> str:
 
 
 def _strength(method: str) -> int:
-    return 0 if method.endswith("+ LM") else 1 if method.startswith("beam") else 2
+    """0 for the word LM's lexicon decoding, then the unit LM's, plain beam search, greedy."""
+    return (0 if method.endswith("+ word LM") else 1 if method.endswith("+ LM") else
+            2 if method.startswith("beam") else 3)
 
 
 def glance_choice(all_decodes: list[dict[Key, dict]], checkpoint: str) -> tuple[str, str] | None:

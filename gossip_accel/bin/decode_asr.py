@@ -4,11 +4,15 @@
         --out exp/dnn_gossip_bmuf-n4/decode_test_clean_greedy [--method beam --beam 8] \\
         [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0] \\
         [--model exp/dnn_gossip_bmuf-n4/avg_best5.pt]   # default: <exp-dir>/final.pt
+    python -m gossip_accel.bin.decode_asr ... --method word --word-lm-dir data/word_lm3_lang_char \
+        [--beam 50 --word-lm-weight 1.0 --word-score 0.0]
 
 Greedy (best path) decoding is batched; beam search is CTC prefix beam search
 (gossip_accel.asr.ctc_decode), optionally with shallow fusion of a unit-level LSTMP LM
 trained by gossip_accel.bin.train_lm on the training transcripts written as units (the
-ASR recipe's LM stage). Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
+ASR recipe's LM stage). ``word`` is lexicon-constrained beam search with a KenLM word n-gram
+(gossip_accel.asr.word_lm; the LM dir of gossip_accel.bin.make_word_lm): only lexicon words
+are output. Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
 ``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
 ``summary.json`` names the model decoded (``checkpoint``: its file's stem, ``final`` or an
 average of gossip_accel.bin.average_checkpoints such as ``avg_best5``).
@@ -25,6 +29,7 @@ from tqdm import tqdm
 
 from ..asr.ctc_decode import greedy_decode, prefix_beam_search
 from ..asr.scoring import write_scoring_dir
+from ..asr.word_lm import WordDecoder
 from ..data.asr import collate, load_utterances, make_batches
 from ..data.kaldi.tables import read_table
 from ..data.units import Tokenizer
@@ -97,11 +102,14 @@ def main(argv: Optional[list[str]] = None) -> None:
                                     "written by gossip_accel.bin.average_checkpoints")
     ap.add_argument("--data", required=True, help="Kaldi data dir with feats.scp, utt2num_frames, text")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--method", choices=["greedy", "beam"], default="greedy")
+    ap.add_argument("--method", choices=["greedy", "beam", "word"], default="greedy")
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--lm-dir", help="a unit-level LM run dir (config.yaml, final.pt) for shallow fusion")
     ap.add_argument("--lm-weight", type=float, default=0.3)
     ap.add_argument("--insertion-bonus", type=float, default=0.0)
+    ap.add_argument("--word-lm-dir", help="--method word: a word LM dir (lexicon.txt, lm.bin/lm.arpa) of make_word_lm")
+    ap.add_argument("--word-lm-weight", type=float, default=1.0)
+    ap.add_argument("--word-score", type=float, default=0.0, help="--method word: added per word (insertion score)")
     ap.add_argument("--max-frames", type=int, default=20000)
     args = ap.parse_args(argv)
 
@@ -120,6 +128,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         load_weights(model, weights, exp / "config.yaml")
         model.eval()
         lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
+        words = None
+        if args.method == "word":
+            if not args.word_lm_dir:
+                raise ValueError("--method word needs --word-lm-dir (a word LM dir of gossip_accel.bin.make_word_lm)")
+            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=args.word_lm_weight,
+                                word_score=args.word_score)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
@@ -131,6 +145,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         for b in tqdm(batches, desc=f"decode {data.name} ({args.method})", mininterval=2.0):
             batch = collate(b, cmvn)
             logp, olens = model(batch["feats"], batch["lengths"])
+            if words is not None:
+                hyps.update(zip(batch["utts"], words(logp, olens)))
+                continue
             if args.method == "greedy":
                 seqs = greedy_decode(logp, olens)
             else:
@@ -142,8 +159,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                 hyps[utt] = tok.decode(seq)
     refs = read_table(data / "text")
     stats = write_scoring_dir(out, refs, hyps)
-    summary = {"data": str(data), "checkpoint": weights.stem, "model_file": str(weights), "method": args.method, "beam": args.beam if args.method == "beam" else None,
-               "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None, **stats.as_dict(),
+    summary = {"data": str(data), "checkpoint": weights.stem, "model_file": str(weights), "method": args.method, "beam": args.beam if args.method != "greedy" else None,
+               "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None,
+               **({"word_lm": args.word_lm_dir, "word_lm_weight": args.word_lm_weight, "word_score": args.word_score}
+                  if words is not None else {}), **stats.as_dict(),
                "left_out_before_decoding": dropped}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"{stats.kaldi_lines()[0]} {out}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -10,6 +11,13 @@ import torch.distributed as dist
 
 from ..sync.config import ConfigError
 from ..sync.faults import set_timeout_setting
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now: MASTER_PORT for a group launched on this machine (tests, benches)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def init_process_group(cpu: bool, collective_timeout: timedelta, join_timeout: float = 900.0) -> None:

@@ -1,0 +1,168 @@
+"""Word-level CTC decoding: a lexicon of unit spellings, a KenLM word n-gram, and torchaudio's
+CTC lexicon decoder (flashlight-text's beam search, the decoder of wav2letter and torchaudio's
+ASR tutorials).
+
+A word LM directory (made by gossip_accel.bin.make_word_lm) holds
+
+* ``lm.arpa`` (and ``lm.bin``, its KenLM binary, when ``build_binary`` is there): a word n-gram
+  estimated by KenLM's ``lmplz`` (modified Kneser-Ney; Heafield et al. 2013);
+* ``lexicon.txt``: ``<word> <unit> <unit> ...`` per line, every word of the LM text spelled in the
+  ASR model's units exactly as sentencepiece writes it (``THE`` -> ``▁ T H E`` for characters,
+  ``▁THE`` for BPE), so no pronunciation dictionary is needed; words with a unit the model lacks
+  are left out (counted in ``info.json``);
+* ``info.json``: order, sizes, sources, the words left out.
+
+The beam search keeps only unit sequences that spell lexicon words and ranks a hypothesis of
+words W = w_1..w_n by
+
+    score(W) = log P_ctc(spelling(W) | x) + lm_weight * log P_ngram(W) + word_score * n
+
+(natural logs; KenLM's log10 scores are converted by the decoder). So the output is always a
+sequence of known words: the n-gram and the lexicon fix the spelling errors a character model
+makes, at the price of never producing a word outside the lexicon.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import torch
+
+from ..data.units import BLANK, UNK, Tokenizer
+
+KENLM_HINT = "run utils/install_kenlm.sh (builds KenLM's lmplz and build_binary into tools/kenlm/bin)"
+
+
+def kenlm_tool(name: str) -> Path:
+    """Path of KenLM's ``lmplz`` or ``build_binary``: $KENLM_BIN, then PATH, then the project's tools/kenlm/bin."""
+    candidates = []
+    if os.environ.get("KENLM_BIN"):
+        candidates.append(Path(os.environ["KENLM_BIN"]) / name)
+    found = shutil.which(name)
+    if found:
+        candidates.append(Path(found))
+    candidates.append(Path(__file__).resolve().parents[2] / "tools" / "kenlm" / "bin" / name)
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise FileNotFoundError(f"KenLM's {name} not found (KENLM_BIN, PATH, tools/kenlm/bin): {KENLM_HINT}")
+
+
+def spelling(tok: Tokenizer, word: str) -> Optional[list[str]]:
+    """The units of ``word`` as the model writes it at a word start, or None if one is ``<unk>``."""
+    ids = tok.encode(word)
+    if not ids or tok.unk_id in ids:
+        return None
+    return [tok.id_to_token(i) for i in ids]
+
+
+def write_lexicon(words: Iterable[str], tok: Tokenizer, path: Path) -> list[str]:
+    """Write ``<word> <units...>`` lines for the spellable ``words``; return the words left out."""
+    lines, left_out = [], []
+    for w in words:
+        units = spelling(tok, w)
+        if units is None:
+            left_out.append(w)
+        else:
+            lines.append(f"{w} {' '.join(units)}\n")
+    if not lines:
+        raise ValueError(f"{path}: none of the {len(left_out)} words can be spelled with the units of {tok.path}")
+    path.write_text("".join(lines), encoding="utf-8")
+    return left_out
+
+
+def _run(cmd: Sequence[str], stdin, stdout, what: str) -> None:
+    """Run a KenLM tool; its failure is a ValueError naming ``what`` with the tool's last message."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.run(list(map(str, cmd)), stdin=stdin, stdout=stdout, stderr=err)
+        if proc.returncode != 0:
+            err.seek(0)
+            lines = [x for x in err.read().decode("utf-8", "replace").splitlines() if x.strip()]
+            raise ValueError(f"{Path(cmd[0]).name} failed on {what} (exit {proc.returncode}): "
+                             f"{lines[-1].strip() if lines else 'no message'}")
+
+
+def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: int = 3,
+                  max_words: int = 0, memory: str = "20%", source: str = "", binary: bool = True) -> dict:
+    """Estimate an ``order``-gram on ``sentences`` with lmplz and write the word LM dir ``out``.
+
+    ``max_words`` > 0 keeps the most frequent words only (the LM's others become ``<unk>``, as
+    LibriSpeech's 200k-word vocabulary); 0 keeps every word. Returns (and writes) ``info.json``.
+    """
+    if order < 1:
+        raise ValueError(f"--order {order}: an n-gram order is at least 1")
+    counts = Counter(w for s in sentences for w in s.split())
+    if not counts:
+        raise ValueError(f"{source or 'the LM text'}: no words to estimate a word LM on")
+    vocab = [w for w, _ in counts.most_common(max_words or None) if w not in ("<s>", "</s>", UNK)]
+    out.mkdir(parents=True, exist_ok=True)
+    left_out = write_lexicon(vocab, tok, out / "lexicon.txt")
+    lmplz = kenlm_tool("lmplz")
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "text"
+        text.write_text("".join(" ".join(s.split()) + "\n" for s in sentences if s.strip()), encoding="utf-8")
+        cmd = [lmplz, "-o", order, "-S", memory, "-T", tmp, "--discount_fallback"]
+        if max_words:
+            (Path(tmp) / "vocab").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+            cmd += ["--limit_vocab_file", Path(tmp) / "vocab"]
+        with open(text, "rb") as fin, open(out / "lm.arpa.tmp", "wb") as fout:
+            _run(cmd, fin, fout, source or "the LM text")
+    os.replace(out / "lm.arpa.tmp", out / "lm.arpa")
+    (out / "lm.bin").unlink(missing_ok=True)
+    if binary:
+        _run([kenlm_tool("build_binary"), out / "lm.arpa", out / "lm.bin"], subprocess.DEVNULL,
+             subprocess.DEVNULL, str(out / "lm.arpa"))
+    info = {"order": order, "source": source, "sentences": len(sentences), "running_words": sum(counts.values()),
+            "distinct_words": len(counts), "lexicon_words": len(vocab) - len(left_out),
+            "left_out_words": len(left_out), "left_out_examples": left_out[:20], "max_words": max_words,
+            "units": str(tok.path), "lm": "lm.bin" if binary else "lm.arpa"}
+    (out / "info.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def oov_rate(sentences: Iterable[str], lexicon: Path) -> float:
+    """Fraction of running words of ``sentences`` that are not in ``lexicon`` (the words it can never output)."""
+    known = {line.split(maxsplit=1)[0] for line in lexicon.read_text(encoding="utf-8").splitlines() if line.strip()}
+    words = [w for s in sentences for w in s.split()]
+    return sum(w not in known for w in words) / max(1, len(words))
+
+
+class WordDecoder:
+    """CTC lexicon beam search with a word n-gram over a batch of log-probabilities (B, T, V)."""
+
+    def __init__(self, lm_dir: Path, tok: Tokenizer, beam: int = 50, lm_weight: float = 1.0,
+                 word_score: float = 0.0, beam_threshold: float = 25.0, beam_size_token: Optional[int] = None):
+        from torchaudio.models.decoder import ctc_decoder
+
+        lm_dir = Path(lm_dir)
+        lexicon = lm_dir / "lexicon.txt"
+        lm = lm_dir / "lm.bin" if (lm_dir / "lm.bin").is_file() else lm_dir / "lm.arpa"
+        for f in (lexicon, lm):
+            if not f.is_file():
+                raise FileNotFoundError(f"{f} not found: make the word LM with gossip_accel.bin.make_word_lm")
+        tokens = tok.tokens
+        self.tok = tok
+        # The spellings hold the word boundary (``▁``) as the model emits it, so no unit may be the
+        # decoder's optional silence between words: ``▁`` as silence loses one-letter words (``▁ A``
+        # is read as silence + a word without its start). <unk> takes that role: the model
+        # emits it for nothing of the training text, and a frame of it costs nothing between words.
+        sil = UNK
+        try:
+            self.decoder = ctc_decoder(lexicon=str(lexicon), tokens=tokens, lm=str(lm), nbest=1, beam_size=beam,
+                                       beam_size_token=beam_size_token, beam_threshold=beam_threshold,
+                                       lm_weight=lm_weight, word_score=word_score, sil_score=0.0,
+                                       blank_token=BLANK, sil_token=sil, unk_word=UNK)
+        except Exception as e:  # noqa: BLE001 - flashlight raises RuntimeError/ValueError/IndexError
+            raise ValueError(f"{lm_dir}: the word LM does not load with the units of {tok.path} "
+                             f"({' '.join(str(e).split())[:200]}); make it again with these units") from None
+
+    def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
+        emissions = log_probs.detach().to("cpu", torch.float32).contiguous()
+        results = self.decoder(emissions, torch.as_tensor(lengths, dtype=torch.int32).cpu())
+        return [" ".join(w for w in (r[0].words if r else []) if w) for r in results]
