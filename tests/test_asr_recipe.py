@@ -235,6 +235,10 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     assert info["order"] == 2 and info["source"] == "data/train/text" and "dev_oov_rate" in info
     words = json.loads((exp / "decode_test_beam_word_avg_best2" / "summary.json").read_text())
     assert words["method"] == "word" and words["word_lm"] == "data/word_lm2_lang_char" and words["checkpoint"] == "avg_best2"
+    # its LM weight and word score: the pair of lowest WER on the dev set, of the 3 x 3 tried there
+    tuning = json.loads((exp / "word_tuning_avg_best2.json").read_text())
+    assert tuning["tune_data"] == "data/dev" == words["tuned_on"] and len(tuning["wer"]) == 9
+    assert tuning["chosen_wer"] == min(tuning["wer"]) and tuning["chosen"] == [words["word_lm_weight"], words["word_score"]]
     lexicon = {line.split()[0] for line in (word_lm / "lexicon.txt").read_text().splitlines()}
     hyp_lines = (exp / "decode_test_beam_word_avg_best2" / "hyp.txt").read_text().splitlines()
     assert {w for line in hyp_lines for w in line.split()[1:]} <= lexicon      # only lexicon words come out
@@ -242,10 +246,10 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     table = (recipe / "exp" / "RESULTS.md").read_text().splitlines()
     assert table[0].startswith("| run | %WER test | %CER test | MB sent/step/worker |")
     assert any(line.startswith("| dnn_bmuf-n2 |") for line in table[:3])
-    assert "At a glance: word (beam 50) + word LM decoding of each run's model avg_best2" in "\n".join(table)
+    assert "At a glance: word (beam 200) + word LM decoding of each run's model avg_best2" in "\n".join(table)
     epochs = " ".join(map(str, rec["epochs"]))
     assert any(f"| test | greedy | avg_best2: epochs {epochs} |" in line for line in table)
-    assert any(f"| test | word (beam 50) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
+    assert any(f"| test | word (beam 200) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
     assert "\n".join(table) in first.stdout
     cmvn = recipe / "data" / "train" / "cmvn.ark"
     cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 from gossip_accel.train.process_group import free_port  # noqa: E402
@@ -53,11 +52,8 @@ def linked_recipe(src: Path, dst: Path) -> Path:
 
 def test_run_sh_all_asr_stages(tmp_path):
     recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
-    lm_conf = tmp_path / "lm_tiny.yaml"
-    lm_conf.write_text(re.sub(r"epochs: \d+", "epochs: 1", (recipe / "conf" / "lm_units.yaml").read_text())
-                       + "  max_steps_per_epoch: 10\n")
     args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
-            "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --lm-conf {lm_conf}",
+            "--asr-opts", "--mini-train-utts 40 --mini-eval-utts 8",
             "--asr-overrides", "train.max_epochs=1 train.max_steps_per_epoch=4 model.options.hidden=32 "
                                "model.options.layers=1 sync.period=2 sync.warmup_steps=0"]
     proc = run(args)
@@ -74,13 +70,16 @@ def test_run_sh_all_asr_stages(tmp_path):
     gossip = json.loads((exp / "dnn_gossip_bmuf-n3" / "results.json").read_text())
     assert ddp["workers"] == gossip["workers"] == 3
     assert 0 < gossip["bytes_sent_per_step_per_worker"] < ddp["bytes_sent_per_step_per_worker"]
-    # stage 5-7: the LM was trained on the LM text; every run x test set x method has a row
-    assert (exp / "lm_lang_char" / "final.pt").is_file()
+    # stage 5-7: the word LM was made of the LM text (the unit LM only for beam_lm, not decoded by
+    # default); every run x test set x method has a row
+    info = json.loads((recipe / "data" / "word_lm3_lang_char" / "info.json").read_text())
+    assert info["source"] == "data/mini_librispeech/librispeech-lm-norm.txt" and info["sentences"] == len(lm_text)
+    assert not (exp / "lm_lang_char").exists()
     table = (exp / "RESULTS.md").read_text()
     assert "%CER" in table.splitlines()[0]
     for run_name in ("dnn_ddp-n3", "dnn_gossip_bmuf-n3"):
         for test_set in ("test_clean", "test_other"):
-            for method in ("greedy", "beam (beam 16) + LM"):  # the recipe decodes with beam 16 (its run.sh)
+            for method in ("greedy", "word (beam 200) + word LM"):  # the recipe's run.sh: greedy beam_word
                 assert f"| {test_set} | {method} |" in table and f"| {run_name} |" in table
     # at a glance: one row per run (its %WER and %CER of each test set, MB/step, vs DDP), first
     head = table.splitlines()[0]

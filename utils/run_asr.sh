@@ -4,10 +4,10 @@
 #   1 validate the data dirs (utils/validate_data_dir.sh; utils/fix_data_dir.sh when needed)
 #   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
-#   5 unit-level LSTMP LM (for shallow fusion; --use-lm true) on --lm-text (one sentence per
-#     line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without it, the training transcripts;
-#     and a word n-gram of the same text (--word-lm-order N, 0: none; KenLM's lmplz, built by
-#     utils/install_kenlm.sh when missing) with a lexicon spelled in the units (decode method beam_word)
+#   5 the LMs the decode methods need: for beam_lm a unit-level LSTMP LM (shallow fusion; --use-lm true)
+#     on --lm-text (one sentence per line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without
+#     it, the training transcripts; for beam_word a word n-gram of the same text (--word-lm-order N;
+#     KenLM's lmplz, built by utils/install_kenlm.sh when missing) with a lexicon spelled in the units
 #   6 decode every test set (--decode-methods: greedy, beam, beam_lm, beam_word) with the average of each run's
 #     --avg N epoch models (--avg-mode best: the N lowest CV losses; last: the last N; each epoch's
 #     model is the replicas' global average) -> <run>/decode_<set>_<method>_avg_<mode><N>;
@@ -54,10 +54,10 @@ decode_methods="greedy beam_lm"   # any of: greedy beam beam_lm beam_word (beam_
 beam=8
 lm_weight=0.5
 insertion_bonus=1.0
-word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding); 0: none
-word_beam=50             # beam_word: beam, LM weight, score per word
-word_lm_weight=1.0
-word_score=0.0
+word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding), made when --decode-methods has beam_word
+word_beam=200            # beam_word: the beam; the LM weights and scores per word tried on the dev set
+word_lm_weights="1 2 3"  # (the pair of lowest dev WER decodes the test sets, as Kaldi's scoring picks its
+word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>.json keeps every pair's dev WER)
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
 avg=5                    # stage 6 decodes the average of N epoch models of each run; 0: its final model
 avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
@@ -154,7 +154,9 @@ fi
 
 lm_dir=$exp/lm_$(basename "$lang")
 lm_data=data/lm_$(basename "$lang")
-if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && ! skip_built 5; then
+# each LM of stage 5 is made when a decode method needs it: the unit LM for beam_lm, the word LM for beam_word
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && [[ " $decode_methods " == *" beam_lm "* ]] \
+   && ! skip_built 5; then
   if [ -f "$lm_dir/.done" ]; then
     log "Stage 5: $lm_dir already trained"
   else
@@ -178,7 +180,8 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && ! sk
 fi
 case $word_lm_order in ''|*[!0-9]*) die "--word-lm-order $word_lm_order: an n-gram order (0: no word LM)" ;; esac
 word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")
-if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && ! skip_built 5; then
+if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
+   && ! skip_built 5; then
   if [ -f "$word_lm_dir/.done" ]; then
     log "Stage 5: $word_lm_dir exists"
   else
@@ -221,8 +224,9 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
             args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
           beam_word)
             [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0)"
-            args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "$word_lm_weight"
-                  --word-score "$word_score") ;;
+            read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
+            args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "${weights[@]}"
+                  --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
           *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
         esac
         log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"

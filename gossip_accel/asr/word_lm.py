@@ -147,7 +147,7 @@ class WordDecoder:
             if not f.is_file():
                 raise FileNotFoundError(f"{f} not found: make the word LM with gossip_accel.bin.make_word_lm")
         tokens = tok.tokens
-        self.tok = tok
+        self.tok, self.lm_weight, self.word_score = tok, lm_weight, word_score
         # The spellings hold the word boundary (``▁``) as the model emits it, so no unit may be the
         # decoder's optional silence between words: ``▁`` as silence loses one-letter words (``▁ A``
         # is read as silence + a word without its start). <unk> takes that role: the model

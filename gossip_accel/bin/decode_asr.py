@@ -4,15 +4,17 @@
         --out exp/dnn_gossip_bmuf-n4/decode_test_clean_greedy [--method beam --beam 8] \\
         [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0] \\
         [--model exp/dnn_gossip_bmuf-n4/avg_best5.pt]   # default: <exp-dir>/final.pt
-    python -m gossip_accel.bin.decode_asr ... --method word --word-lm-dir data/word_lm3_lang_char \
-        [--beam 50 --word-lm-weight 1.0 --word-score 0.0]
+    python -m gossip_accel.bin.decode_asr ... --method word --word-lm-dir data/word_lm3_lang_char \\
+        --beam 200 [--word-lm-weight 1 2 3 --word-score -1 0 1 --tune-data data/dev_clean]
 
 Greedy (best path) decoding is batched; beam search is CTC prefix beam search
 (gossip_accel.asr.ctc_decode), optionally with shallow fusion of a unit-level LSTMP LM
 trained by gossip_accel.bin.train_lm on the training transcripts written as units (the
 ASR recipe's LM stage). ``word`` is lexicon-constrained beam search with a KenLM word n-gram
 (gossip_accel.asr.word_lm; the LM dir of gossip_accel.bin.make_word_lm): only lexicon words
-are output. Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
+are output. Given several LM weights and word scores, ``--tune-data`` (a dev set, never the
+test set) picks the pair of lowest WER there, as Kaldi's scoring picks its LM weight; the grid's
+WERs are kept in ``<exp-dir>/word_tuning_<model>.json`` and reused for every test set. Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
 ``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
 ``summary.json`` names the model decoded (``checkpoint``: its file's stem, ``final`` or an
 average of gossip_accel.bin.average_checkpoints such as ``avg_best5``).
@@ -28,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from ..asr.ctc_decode import greedy_decode, prefix_beam_search
-from ..asr.scoring import write_scoring_dir
+from ..asr.scoring import compute_wer, write_scoring_dir
 from ..asr.word_lm import WordDecoder
 from ..data.asr import collate, load_utterances, make_batches
 from ..data.kaldi.tables import read_table
@@ -95,6 +97,43 @@ def load_weights(model: torch.nn.Module, path: Path, conf_path: Path) -> None:
                          f"with the config it was trained with") from None
 
 
+def log_probs(model: torch.nn.Module, utts, cmvn, max_frames: int, desc: str):
+    """(utterance ids, log-probs (B, T, V), output lengths) of each length-bucketed batch."""
+    with torch.no_grad():
+        for b in tqdm(make_batches(utts, max_frames), desc=desc, mininterval=2.0):
+            batch = collate(b, cmvn)
+            logp, olens = model(batch["feats"], batch["lengths"])
+            yield batch["utts"], logp, olens
+
+
+def tune_word_decoding(model, tok: Tokenizer, cmvn, tune_data: Path, word_lm: Path, beam: int,
+                       grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
+    """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
+
+    Kept in ``record`` and reused while the model file, the word LM, the data and the grid are the same."""
+    key = {"model_file": str(weights), "model_mtime": weights.stat().st_mtime_ns, "tune_data": str(tune_data),
+           "word_lm": str(word_lm), "word_lm_mtime": (word_lm / "lexicon.txt").stat().st_mtime_ns, "beam": beam,
+           "grid": [list(g) for g in grid]}
+    if record.is_file():
+        old = json.loads(record.read_text())
+        if {k: old.get(k) for k in key} == key:
+            return old
+    utts, _ = load_utterances(tune_data, tok.encode)
+    emissions = list(log_probs(model, utts, cmvn, max_frames, f"tune on {tune_data.name}"))
+    refs = read_table(tune_data / "text")
+    wers = []
+    for lm_weight, word_score in tqdm(grid, desc=f"tune {len(grid)} (LM weight, word score)", mininterval=2.0):
+        dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score)
+        hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
+        wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
+    best = min(range(len(grid)), key=lambda i: (wers[i], i))
+    result = {**key, "wer": wers, "chosen": list(grid[best]), "chosen_wer": wers[best]}
+    record.write_text(json.dumps(result, indent=2))
+    print(f"decode_asr: word LM weight {grid[best][0]}, word score {grid[best][1]}: %WER {wers[best]:.2f} on "
+          f"{tune_data} (best of {len(grid)}; {record})")
+    return result
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--exp-dir", required=True, help="the training run (its config.yaml; final.pt by default)")
@@ -108,8 +147,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--lm-weight", type=float, default=0.3)
     ap.add_argument("--insertion-bonus", type=float, default=0.0)
     ap.add_argument("--word-lm-dir", help="--method word: a word LM dir (lexicon.txt, lm.bin/lm.arpa) of make_word_lm")
-    ap.add_argument("--word-lm-weight", type=float, default=1.0)
-    ap.add_argument("--word-score", type=float, default=0.0, help="--method word: added per word (insertion score)")
+    ap.add_argument("--word-lm-weight", type=float, nargs="+", default=[1.0], help="--method word: LM weight(s)")
+    ap.add_argument("--word-score", type=float, nargs="+", default=[0.0],
+                    help="--method word: score(s) added per word (insertion score)")
+    ap.add_argument("--tune-data", help="--method word with several weights or scores: the Kaldi data dir (dev set) "
+                                        "on which the pair of lowest WER is chosen")
     ap.add_argument("--max-frames", type=int, default=20000)
     args = ap.parse_args(argv)
 
@@ -128,41 +170,44 @@ def main(argv: Optional[list[str]] = None) -> None:
         load_weights(model, weights, exp / "config.yaml")
         model.eval()
         lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
-        words = None
+        words = tuning = None
         if args.method == "word":
             if not args.word_lm_dir:
                 raise ValueError("--method word needs --word-lm-dir (a word LM dir of gossip_accel.bin.make_word_lm)")
-            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=args.word_lm_weight,
-                                word_score=args.word_score)
+            grid = [(w, ws) for w in args.word_lm_weight for ws in args.word_score]
+            if len(grid) > 1 and not args.tune_data:
+                raise ValueError(f"{len(grid)} (--word-lm-weight, --word-score) pairs need --tune-data (a dev set) "
+                                 f"to choose one")
+            if len(grid) > 1:
+                tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
+                                            grid, exp / f"word_tuning_{weights.stem}.json", weights, args.max_frames)
+                grid = [tuple(tuning["chosen"])]
+            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1])
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
         raise SystemExit("decode_asr: --lm-dir needs --method beam (shallow fusion happens in the beam search)")
 
     hyps: dict[str, str] = {}
-    batches = make_batches(utts, args.max_frames)
-    with torch.no_grad():
-        for b in tqdm(batches, desc=f"decode {data.name} ({args.method})", mininterval=2.0):
-            batch = collate(b, cmvn)
-            logp, olens = model(batch["feats"], batch["lengths"])
-            if words is not None:
-                hyps.update(zip(batch["utts"], words(logp, olens)))
-                continue
-            if args.method == "greedy":
-                seqs = greedy_decode(logp, olens)
-            else:
-                seqs = [prefix_beam_search(logp[i], int(olens[i]), beam=args.beam, lm_score=lm,
-                                           lm_weight=args.lm_weight if lm else 0.0,
-                                           insertion_bonus=args.insertion_bonus)[0].tokens
-                        for i in range(len(b))]
-            for utt, seq in zip(batch["utts"], seqs):
-                hyps[utt] = tok.decode(seq)
+    for utt_ids, logp, olens in log_probs(model, utts, cmvn, args.max_frames, f"decode {data.name} ({args.method})"):
+        if words is not None:
+            hyps.update(zip(utt_ids, words(logp, olens)))
+            continue
+        if args.method == "greedy":
+            seqs = greedy_decode(logp, olens)
+        else:
+            seqs = [prefix_beam_search(logp[i], int(olens[i]), beam=args.beam, lm_score=lm,
+                                       lm_weight=args.lm_weight if lm else 0.0,
+                                       insertion_bonus=args.insertion_bonus)[0].tokens
+                    for i in range(len(utt_ids))]
+        hyps.update(zip(utt_ids, map(tok.decode, seqs)))
     refs = read_table(data / "text")
     stats = write_scoring_dir(out, refs, hyps)
     summary = {"data": str(data), "checkpoint": weights.stem, "model_file": str(weights), "method": args.method, "beam": args.beam if args.method != "greedy" else None,
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None,
-               **({"word_lm": args.word_lm_dir, "word_lm_weight": args.word_lm_weight, "word_score": args.word_score}
-                  if words is not None else {}), **stats.as_dict(),
+               **({"word_lm": args.word_lm_dir, "word_lm_weight": words.lm_weight, "word_score": words.word_score,
+                   "tuned_on": tuning["tune_data"] if tuning else None} if words is not None else {}),
+               **stats.as_dict(),
                "left_out_before_decoding": dropped}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"{stats.kaldi_lines()[0]} {out}")
