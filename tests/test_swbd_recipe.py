@@ -53,7 +53,7 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     lm_conf.write_text(re.sub(r"epochs: \d+", "epochs: 1", (RECIPE / "conf" / "lm_units.yaml").read_text())
                        + "  max_steps_per_epoch: 5\n")
     proc = run(recipe, [*TINY, "--stage", "4", "--num-workers", "3", "--port", str(free_port()), "--lm-conf",
-                        str(lm_conf), "--decode-methods", "greedy beam_lm", "--", *OVERRIDES])
+                        str(lm_conf), "--decode-methods", "greedy beam_lm beam_word", "--", *OVERRIDES])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     data = recipe / "data"
     # stages 0-1: LDC layouts -> Kaldi data dirs with segments and reco2file_and_channel
@@ -70,7 +70,7 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     res = json.loads((exp / "dnn_gossip_bmuf-n3" / "results.json").read_text())
     assert res["workers"] == 3 and res["bytes_sent_per_step_per_worker"] > 0
     for half in ("eval2000_swbd", "eval2000_callhome"):
-        for m in ("greedy", "beam_lm"):
+        for m in ("greedy", "beam_lm", "beam_word"):
             d = exp / "dnn_gossip_bmuf-n3" / f"decode_{half}_{m}_avg_best5"   # the average decoded by default
             s = json.loads((d / "summary.json").read_text())
             assert "filter" in s and s["unfiltered"]["ref_words"] >= s["ref_words"] > 0
@@ -80,6 +80,10 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     table = (exp / "RESULTS.md").read_text()
     for half in ("eval2000_swbd", "eval2000_callhome"):
         assert f"| {half} | greedy |" in table and f"| {half} | beam (beam 8) + LM |" in table
+        assert f"| {half} | word (beam 200) + word LM |" in table
+    # the word LM's lexicon spells words in the BPE units, as sentencepiece writes them at a word start
+    lexicon = (data / "word_lm3_lang_bpe60" / "lexicon.txt").read_text(encoding="utf-8").splitlines()
+    assert lexicon and all(line.split()[1].startswith("\u2581") for line in lexicon)
     # a rerun skips the finished work
     again = run(recipe, [*TINY, "--stage", "4", "--stop-stage", "4", "--num-workers", "3", "--", *OVERRIDES])
     assert again.returncode == 0 and "already trained" in again.stderr, again.stderr[-3000:]

@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 utils/install_system_deps.sh   # flite, iproute2, procps, ffmpeg (apt, as root): the tests need them
-utils/install_kenlm.sh >/dev/null   # KenLM lmplz + build_binary into tools/kenlm/bin (once; ~1.5 min)
 . ./path.sh
+utils/install_kenlm.sh >/dev/null   # KenLM lmplz + build_binary into tools/kenlm/bin (once; ~1.5 min)
 exec python -m pytest -q -n "${GOSSIP_TEST_JOBS:-2}" --dist loadfile "$@"
