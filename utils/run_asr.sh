@@ -185,7 +185,7 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] &
   if [ -f "$word_lm_dir/.done" ]; then
     log "Stage 5: $word_lm_dir exists"
   else
-    command -v lmplz >/dev/null 2>&1 || PATH=$("$utils_dir/install_kenlm.sh"):$PATH \
+    command -v lmplz >/dev/null 2>&1 || PATH="$("$utils_dir/install_kenlm.sh"):$PATH" \
       || die "Stage 5: KenLM's lmplz is needed for the word LM (above); --word-lm-order 0 goes without it"
     if [ -n "$lm_text" ]; then src=(--plain-text "$lm_text"); else src=(--text "data/$train_set/text"); fi
     log "Stage 5: word ${word_lm_order}-gram and lexicon of ${src[1]} -> $word_lm_dir"
