@@ -12,7 +12,7 @@ import soundfile as sf
 import torch
 
 from gossip_accel.bin.train_asr import NewBob
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "librispeech" / "asr1" / "conf" / "train_dnn.yaml"

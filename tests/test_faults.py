@@ -25,7 +25,7 @@ import torch.distributed as dist
 from gossip_accel.train import checkpoint as ckpt
 from gossip_accel.sync.faults import CollectiveTimeout, PeerLost, guard
 from harness import spawn_with_timeout
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "wikitext103" / "lm1" / "conf"

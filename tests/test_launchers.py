@@ -11,7 +11,7 @@ import torch
 
 from harness import WORLD, simulate_scenario
 from harness import assert_matches_oracle
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_toy.py"
 BIN = Path(sys.executable).parent

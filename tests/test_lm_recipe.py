@@ -13,7 +13,7 @@ from gossip_accel.bin.train_lm import build_model, load_conf
 from gossip_accel.sync.components import split_components
 from gossip_accel.sync.config import load_sync_config
 from gossip_accel.data.lm import Vocabulary
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = [ROOT / "recipes" / "wikitext103" / "lm1", ROOT / "recipes" / "gutenberg" / "lm1"]

@@ -15,7 +15,7 @@ import torch
 
 from harness import WORLD
 from test_launchers import GOSSIP, check_against_simulator
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCH = ROOT / "utils" / "launch.sh"

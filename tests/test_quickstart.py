@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "recipes" / "swbd" / "asr1"

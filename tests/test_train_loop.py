@@ -17,7 +17,7 @@ from gossip_accel.sync.config import ConfigError, load_sync_config
 from gossip_accel.train import checkpoint as ckpt
 from gossip_accel.train.config import warmup_in_steps
 from gossip_accel.train.describe import settings_line, sync_settings
-from gossip_accel.train.process_group import free_port  # noqa: E402
+from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "recipes" / "wikitext103" / "lm1" / "conf"

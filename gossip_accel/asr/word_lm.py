@@ -152,12 +152,11 @@ class WordDecoder:
         # decoder's optional silence between words: ``▁`` as silence loses one-letter words (``▁ A``
         # is read as silence + a word without its start). <unk> takes that role: the model
         # emits it for nothing of the training text, and a frame of it costs nothing between words.
-        sil = UNK
         try:
             self.decoder = ctc_decoder(lexicon=str(lexicon), tokens=tokens, lm=str(lm), nbest=1, beam_size=beam,
                                        beam_size_token=beam_size_token, beam_threshold=beam_threshold,
                                        lm_weight=lm_weight, word_score=word_score, sil_score=0.0,
-                                       blank_token=BLANK, sil_token=sil, unk_word=UNK)
+                                       blank_token=BLANK, sil_token=UNK, unk_word=UNK)
         except Exception as e:  # noqa: BLE001 - flashlight raises RuntimeError/ValueError/IndexError
             raise ValueError(f"{lm_dir}: the word LM does not load with the units of {tok.path} "
                              f"({' '.join(str(e).split())[:200]}); make it again with these units") from None

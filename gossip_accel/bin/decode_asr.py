@@ -14,8 +14,8 @@ ASR recipe's LM stage). ``word`` is lexicon-constrained beam search with a KenLM
 (gossip_accel.asr.word_lm; the LM dir of gossip_accel.bin.make_word_lm): only lexicon words
 are output. Given several LM weights and word scores, ``--tune-data`` (a dev set, never the
 test set) picks the pair of lowest WER there, as Kaldi's scoring picks its LM weight; the grid's
-WERs are kept in ``<exp-dir>/word_tuning_<model>.json`` and reused for every test set. Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to
-``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
+WERs are kept in ``<exp-dir>/word_tuning_<model>.json`` and reused for every test set.
+Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to ``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
 ``summary.json`` names the model decoded (``checkpoint``: its file's stem, ``final`` or an
 average of gossip_accel.bin.average_checkpoints such as ``avg_best5``).
 """
