@@ -47,6 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from bench import machine_load  # noqa: E402
+
 SETTINGS = ("ddp", "deepspeed", "gossip_bmuf", "gossip_bmuf_bf16", "gossip_bmuf_hier", "deepspeed_gossip_bmuf")
 DESCRIPTION = {
     "ddp": "DDP (all-reduce every step)",
@@ -209,6 +211,7 @@ def run_setting(setting: str, args, tmp: str, cluster=None) -> dict:
     out = os.path.join(tmp, f"{setting}.json")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     print(f"[bench] {setting}: {DESCRIPTION[setting]}", flush=True)
+    before = machine_load.snapshot()
     if cluster is not None:  # one torchrun per node namespace, as on a real cluster
         nodes = args.workers // args.group_size
         procs = [cluster.adopt(subprocess.Popen(cluster.exec_argv(i, [
@@ -225,6 +228,9 @@ def run_setting(setting: str, args, tmp: str, cluster=None) -> dict:
         cmd = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *torchrun] if args.lo else torchrun
         subprocess.run(cmd, check=True, env=env, cwd=str(ROOT))
     row = json.loads(Path(out).read_text())
+    row["load"] = machine_load.assess(before, machine_load.snapshot())
+    if (w := machine_load.warning(row["load"], setting)):
+        print(w, flush=True)
     row["link"] = args.link
     if not args.lo:  # the machine's own lo carries other processes' traffic too
         row["lo_bytes_per_step"] = row["between_nodes_bytes_per_step"] = None
@@ -266,6 +272,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
+    machine_load.mark_root()  # the workers of every setting are this bench's own, not load
     settings = [s for s in args.settings.split(",") if s]
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
@@ -303,9 +310,12 @@ def run_on_nodes(args, settings: list[str]) -> None:
 
 def report(rows: list[dict], args) -> None:
     print_table(rows)
+    load = machine_load.summary([r["load"] for r in rows])
+    if (w := machine_load.summary_warning(load, "rows[].load")):
+        print(w)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"workers": args.workers, "group_size": args.group_size, "link": args.link,
-                                           "steps": args.steps, "rows": rows}, indent=2))
+                                           "steps": args.steps, "load": load, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

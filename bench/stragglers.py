@@ -15,8 +15,9 @@ ratio, and the same ratio for the fast workers alone: synchronous algorithms wai
 straggler at every sync (ratio ~ 1/slowdown), asynchronous ones do not (fast workers ~ 1).
 
 ``ddp`` is the gradient all-reduce baseline; the asynchronous algorithms run in their real
-asynchronous mode over torch.distributed.rpc. The JSON also records os.getloadavg() before
-and after: the numbers are only meaningful on an otherwise idle machine.
+asynchronous mode over torch.distributed.rpc. The numbers are only meaningful on an otherwise
+idle machine: rank 0 records the machine's load around every run (:mod:`bench.machine_load`, in
+the JSON's ``runs[].load`` and per table row), and the bench warns when it was not quiet.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ import torch.multiprocessing as mp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import machine_load  # noqa: E402
 from gossip_accel import Synchronizer, shutdown  # noqa: E402
 from gossip_accel.sync import toy  # noqa: E402
 
@@ -68,6 +70,7 @@ def run_one(rank: int, n: int, algo: str, slowdown: float, args) -> dict:
                      *EXTRA.get(algo, [])]
         sync = Synchronizer(model, {"components": toy.TOY_COMPONENTS}, overrides)
     pause = args.step_ms / 1000.0 * (slowdown if rank == args.straggler else 1.0)
+    before = machine_load.snapshot() if rank == 0 else None
     dist.barrier()
     start = time.perf_counter()
     for t in range(1, args.steps + 1):
@@ -82,8 +85,11 @@ def run_one(rank: int, n: int, algo: str, slowdown: float, args) -> dict:
     if sync is not None:
         sync.finalize()
     dist.barrier()
-    return {"algorithm": algo, "slowdown": slowdown, "rank": rank, "steps": args.steps, "seconds": elapsed,
-            "steps_per_second": args.steps / elapsed, "heldout_mse": toy.heldout_loss(model)}
+    row = {"algorithm": algo, "slowdown": slowdown, "rank": rank, "steps": args.steps, "seconds": elapsed,
+           "steps_per_second": args.steps / elapsed, "heldout_mse": toy.heldout_loss(model)}
+    if before is not None:  # the bench's own workers are left out (machine_load.mark_root in main)
+        row["load"] = machine_load.assess(before, machine_load.snapshot())
+    return row
 
 
 def worker(rank: int, n: int, init: str, out: str, args) -> None:
@@ -106,8 +112,10 @@ def summarize(rows: list[dict], args) -> list[dict]:
         everyone = range(args.workers)
         fast = [r for r in everyone if r != args.straggler]
         base, slow = rate(1.0, everyone), rate(args.slowdown, everyone)
+        loads = [r["load"] for r in rows if r["algorithm"] == algo and "load" in r]
         table.append({
             "algorithm": algo,
+            "quiet": all(ld["quiet"] for ld in loads),
             "steps_per_second_per_worker": base,
             "steps_per_second_per_worker_straggler": slow,
             "relative": slow / base,
@@ -153,6 +161,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    machine_load.mark_root()
     load_before = os.getloadavg()
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,11 +174,17 @@ def main(argv=None) -> dict:
         "step_ms": args.step_ms, "period": args.period, "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(), "cpu_count": os.cpu_count(), "wall_seconds": time.time() - started,
         "torch": torch.__version__, "table": table, "runs": rows,
+        "load": machine_load.summary([r["load"] for r in rows if "load" in r]),
     }
     print(f"{args.workers} workers, rank {args.straggler} {args.slowdown:g}x slower ({args.step_ms:g} ms simulated "
           f"compute per step), {args.steps} steps, sync period {args.period}; "
           f"load average before {load_before[0]:.2f}, after {result['loadavg_after'][0]:.2f}")
     print(markdown(table, args))
+    for r in rows:
+        if "load" in r and (w := machine_load.warning(r["load"], f"{r['algorithm']} (slowdown {r['slowdown']:g})")):
+            print(w)
+    if (w := machine_load.summary_warning(result["load"], "runs[].load")):
+        print(w)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -65,4 +65,10 @@ def test_straggler_benchmark_runs_and_writes_its_table(tmp_path):
     assert len(data["loadavg_before"]) == 3 and data["straggler_rank"] == 3
     for r in data["table"]:
         assert r["steps_per_second_per_worker"] > 0 and r["relative"] > 0
+    # rank 0 recorded the machine's load around each of the 4 runs (algorithm x slowdown)
+    loads = [r["load"] for r in data["runs"] if "load" in r]
+    assert len(loads) == 4 and all({"before", "after", "quiet"} <= set(ld) for ld in loads)
+    assert data["load"]["settings"] == 4
+    for r in data["table"]:
+        assert r["quiet"] == all(x["load"]["quiet"] for x in data["runs"] if x["algorithm"] == r["algorithm"] and "load" in x)
     assert "| ma |" in proc.stdout and "| adpsgd_fixed |" in proc.stdout
