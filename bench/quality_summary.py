@@ -114,7 +114,9 @@ def merge(old: Optional[dict], new_rows: list[dict], header: dict[str, Any], com
 
 def plot_series(summary: dict) -> list[tuple[str, str, list, Optional[list]]]:
     """(setting, its key in a cluster-bench speeds table, the first seed's curve, that curve's steps or
-    None) for each setting of the file that has a curve, in the file's order."""
+    None) for each setting of the file that has a curve, in the file's order. A legacy row (a file
+    written before the per-seed rows) has no steps per point: they are its epochs x steps_per_worker /
+    epochs, the steps a worker had taken at the end of each epoch."""
     out = []
     firsts = {}
     for r in summary.get("seed_rows", []):
@@ -126,6 +128,12 @@ def plot_series(summary: dict) -> list[tuple[str, str, list, Optional[list]]]:
             continue
         first = firsts.get(name)
         key = "ddp" if name == "ddp" else f"{row['algorithm']}-{row['periods']}"
-        out.append((name, key, first["curve"] if first else summary["curves"][name][0],
-                    first["curve_steps"] if first else None))
+        curve = first["curve"] if first else summary["curves"][name][0]
+        if first:
+            steps = first["curve_steps"]
+        elif row.get("steps_per_worker") and summary.get("epochs"):
+            steps = [round(point[0] * row["steps_per_worker"] / summary["epochs"]) for point in curve]
+        else:
+            steps = None
+        out.append((name, key, curve, steps))
     return out

@@ -107,3 +107,13 @@ def test_two_report_only_calls_leave_one_file_with_both_settings(tmp_path):
     assert [r["setting"] for r in out["rows"]] == ["ddp", "bmuf"] and by_setting(out)["bmuf"]["ppl_vs_ddp"] == 0.8
     table = (tmp_path / "results" / "quality_gutenberg_settings_e6-n4.md").read_text()
     assert "| ddp |" in table and "| bmuf |" in table
+
+
+def test_a_legacy_row_plots_against_wall_clock_from_its_steps_per_worker():
+    # a file written before the per-seed rows: summary rows and curves only
+    legacy = {"epochs": 3, "rows": [{"setting": "bmuf", "algorithm": "bmuf", "periods": "(16,128)", "steps_per_worker": 528},
+                                    {"setting": "old", "algorithm": "ma", "periods": "(8)"}],
+              "curves": {"bmuf": [[[1, 1e6, 200.0], [2, 2e6, 170.0], [3, 3e6, 160.0]]], "old": [[[1, 0.0, 300.0]]]}}
+    out = merge(legacy, [], {**HEADER, "epochs": 3}, "python bench/quality.py --report-only")
+    assert plot_series(out) == [("bmuf", "bmuf-(16,128)", [[1, 1e6, 200.0], [2, 2e6, 170.0], [3, 3e6, 160.0]], [176, 352, 528]),
+                                ("old", "ma-(8)", [[1, 0.0, 300.0]], None)]
