@@ -86,8 +86,6 @@ SETTINGS: dict[str, tuple] = {
     "gossip_bmuf_pair_8_64": ("gossip-BMUF, sync.mixing=pair, periods (8,64)",
                               ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=8",
                                "sync.components.0.period=64"]),
-    "bmuf_12_96": ("BMUF-NBM, periods (12,96): about gossip_bmuf_pair_8_64's bytes",
-                   ["sync.algorithm=bmuf", "sync.period=12", "sync.components.0.period=96"]),
     "gossip_bmuf_pair_12_96_w48": ("gossip_bmuf_pair_12_96 with 6 full averages in the first 48 steps",
                                    ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
                                     "sync.components.0.period=96", "sync.warmup_steps=48"]),
