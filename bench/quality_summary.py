@@ -26,7 +26,8 @@ def seed_row(setting: str, what: str, seed: int, definition: list[str], res: dic
             "valid_ppl": res["final_valid_ppl"], "test_ppl": res["final_test_ppl"],
             "bytes_per_step": res["bytes_sent_per_step_per_worker"], "steps_per_worker": res["steps_per_worker"],
             "curve": curve(res), "curve_steps": [h["step"] for h in res["history"]],
-            "load": None if load is None else {"quiet": load["quiet"], "before": {"loadavg": load["before"]["loadavg"]},
+            "load": None if load is None else {"quiet": load["quiet"], "other_cores": load.get("other_cores"),
+                                               "before": {"loadavg": load["before"]["loadavg"]},
                                                "after": {"loadavg": load["after"]["loadavg"]}}}
 
 
@@ -79,14 +80,19 @@ def summarize(seed_rows: list[dict]) -> list[dict]:
 
 
 def load_summary(seed_rows: list[dict], legacy: Optional[dict]) -> dict:
-    """How many runs were measured on a busy machine, and the peak 1-minute load (with a legacy file's)."""
+    """How many runs were measured on a busy machine, the peak 1-minute load and the most cores other
+    processes used during a run (bench/machine_load.py; with a legacy file's)."""
     loads = [r["load"] for r in seed_rows if r.get("load")]
     out = {"settings": len(loads), "not_quiet": sum(not r["quiet"] for r in loads),
-           "max_loadavg_1min": max((s["loadavg"][0] for r in loads for s in (r["before"], r["after"])), default=None)}
+           "max_loadavg_1min": max((s["loadavg"][0] for r in loads for s in (r["before"], r["after"])), default=None),
+           "max_other_cores": max((r["other_cores"] for r in loads if r.get("other_cores") is not None), default=None)}
     if legacy:
-        peaks = [p for p in (out["max_loadavg_1min"], legacy.get("max_loadavg_1min")) if p is not None]
+        def peak(key: str) -> Optional[float]:
+            return max((p for p in (out[key], legacy.get(key)) if p is not None), default=None)
+
         out = {"settings": out["settings"] + legacy.get("settings", 0),
-               "not_quiet": out["not_quiet"] + legacy.get("not_quiet", 0), "max_loadavg_1min": max(peaks, default=None)}
+               "not_quiet": out["not_quiet"] + legacy.get("not_quiet", 0),
+               "max_loadavg_1min": peak("max_loadavg_1min"), "max_other_cores": peak("max_other_cores")}
     return out
 
 

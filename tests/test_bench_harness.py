@@ -82,20 +82,65 @@ def test_machine_load_counts_other_processes_not_the_benchs_own():
 
 
 def test_machine_load_quiet_flag_and_warning():
+    """Snapshots without CPU counters (off Linux, older records): the 1-minute load average before judges."""
     def snap(load: float, cpu: float) -> dict:
         return {"time": 0.0, "loadavg": [load, load, load], "cores": 2,
                 "busy": [{"pid": 7, "cpu_percent": cpu, "name": "trainer", "command": "trainer"}]}
 
     quiet = machine_load.assess(snap(0.4, 3.0), snap(3.0, 3.0))     # the load after is the setting's own
-    assert quiet["quiet"] and machine_load.warning(quiet, "ddp") is None
+    assert quiet["quiet"] and machine_load.warning(quiet, "ddp") is None and quiet["other_cores"] is None
     busy = machine_load.assess(snap(2.5, 3.0), snap(3.0, 90.0))
     assert not busy["quiet"]
     assert busy["why"] == "load average 2.50 before (> 1 on 2 cores); busy after: trainer (pid 7) 90%"
     assert machine_load.warning(busy, "ddp").startswith("WARNING: ddp was measured on a busy machine (load average 2.50")
     summ = machine_load.summary([quiet, busy])
-    assert summ == {"settings": 2, "not_quiet": 1, "max_loadavg_1min": 3.0}
+    assert summ == {"settings": 2, "not_quiet": 1, "max_loadavg_1min": 3.0, "max_other_cores": None}
     assert "1 of 2 settings" in machine_load.summary_warning(summ, "rows")
     assert machine_load.summary_warning(machine_load.summary([quiet]), "rows") is None
+
+
+def test_machine_load_judges_the_cpu_of_other_processes_not_the_load_average():
+    """With CPU counters the verdict is the other processes' cores during the setting: a high load average
+    made by the bench's own workers is quiet; other processes' CPU is busy whatever the load average."""
+    def snap(t: float, load: float, machine: float, own: float) -> dict:
+        return {"time": t, "loadavg": [load] * 3, "cores": 2, "busy": [],
+                "cpu": {"machine_busy_s": machine, "own_s": own}}
+
+    own_load = machine_load.assess(snap(0.0, 3.9, 100.0, 10.0), snap(10.0, 4.0, 119.0, 28.5))  # others: 0.5 s in 10 s
+    assert own_load["quiet"] and own_load["other_cores"] == 0.05
+    others = machine_load.assess(snap(0.0, 0.1, 100.0, 10.0), snap(10.0, 0.2, 125.0, 20.0))   # others: 15 s in 10 s
+    assert not others["quiet"] and others["other_cores"] == 1.5
+    assert others["why"] == "other processes used 1.50 cores during it (> 0.25)"
+    summ = machine_load.summary([own_load, others])
+    assert summ["not_quiet"] == 1 and summ["max_other_cores"] == 1.5
+    assert "other processes up to 1.50 cores" in machine_load.summary_warning(summ, "rows")
+
+
+def _burn(cpu_seconds: float, done: Path) -> list[str]:
+    return [sys.executable, "-c", f"import time, pathlib\nt = time.process_time()\nwhile time.process_time() - t < "
+            f"{cpu_seconds}: pass\npathlib.Path({str(done)!r}).write_text('done')"]
+
+
+def _wait_for(path: Path) -> None:
+    for _ in range(6000):
+        if path.is_file():
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.skipif(machine_load.machine_busy_seconds() is None, reason="no /proc/stat")
+def test_machine_load_cpu_counters_split_own_from_other(tmp_path):
+    """A reaped child's CPU is the bench's own (its parent's cutime); an orphan's is the machine's."""
+    before = machine_load.snapshot(interval=0.05)
+    subprocess.run(_burn(0.5, tmp_path / "child"), check=True)
+    mid = machine_load.snapshot(interval=0.05)
+    assert mid["cpu"]["own_s"] - before["cpu"]["own_s"] >= 0.45
+    subprocess.run(["sh", "-c", f"{shlex.join(_burn(0.5, tmp_path / 'orphan'))} >/dev/null 2>&1 &"], check=True)
+    _wait_for(tmp_path / "orphan")
+    after = machine_load.snapshot(interval=0.05)
+    others_s = machine_load.other_cores(mid, after) * (after["time"] - mid["time"])
+    assert others_s >= 0.45
 
 
 def test_cluster_builds_shapes_and_removes_namespaces(netns_ok):

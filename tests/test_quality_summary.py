@@ -14,7 +14,8 @@ HEADER = {"date": "2026-12-01 17:00", "corpus": "gutenberg", "epochs": 6, "worke
 
 def fake(algorithm: str, test_ppl: float, mb: float, quiet: bool = True) -> dict:
     """A results.json of a finished run, with what the summary reads."""
-    load = {"quiet": quiet, "before": {"loadavg": [1.0, 1.0, 1.0]}, "after": {"loadavg": [3.0, 2.0, 1.0]}, "why": []}
+    load = {"quiet": quiet, "other_cores": 0.1 if quiet else 0.9, "before": {"loadavg": [1.0, 1.0, 1.0]},
+            "after": {"loadavg": [3.0, 2.0, 1.0]}, "why": []}
     return {"workers": 4, "algorithm": algorithm, "periods": "(16,128)", "sync": {"block_momentum": 0.75},
             "final_valid_ppl": test_ppl - 5, "final_test_ppl": test_ppl, "bytes_sent_per_step_per_worker": mb * 1e6,
             "steps_per_worker": 20, "history": [{"epoch": 1, "step": 10, "valid_ppl": test_ppl + 10},
@@ -49,7 +50,7 @@ def test_a_second_call_adds_its_settings_and_the_ratios_use_the_whole_file(first
     assert out["commands"] == ["python bench/quality.py --settings bmuf gossip", "python bench/quality.py --settings ddp ma"]
     assert out["seeds"] == [1, 2] and list(out["curves"]) == ["bmuf", "gossip", "ddp", "ma"]
     assert len(out["curves"]["bmuf"]) == 2 and out["curves"]["ddp"] == [[(1, 80e6, 110), (2, 160e6, 100)]]
-    assert out["load"] == {"settings": 6, "not_quiet": 1, "max_loadavg_1min": 3.0}
+    assert out["load"] == {"settings": 6, "not_quiet": 1, "max_loadavg_1min": 3.0, "max_other_cores": 0.9}
     assert [s[0] for s in plot_series(out)] == ["bmuf", "gossip", "ddp", "ma"]
     assert plot_series(out)[0][1:] == ("bmuf-(16,128)", first["seed_rows"][0]["curve"], [10, 20])
 
@@ -87,7 +88,7 @@ def test_the_rows_of_a_file_of_the_older_format_are_kept_unless_rerun():
     assert rows["bmuf"] == old["rows"][0] and rows["x"]["test_ppl"] == 70 and list(rows) == ["bmuf", "x"]
     assert out["curves"]["bmuf"] == old["curves"]["bmuf"] and len(out["curves"]["x"]) == 1
     assert out["commands"][0] == old["command"] and out["seeds"] == [1, 2, 3]
-    assert out["load"] == {"settings": 7, "not_quiet": 6, "max_loadavg_1min": 7.8}
+    assert out["load"] == {"settings": 7, "not_quiet": 6, "max_loadavg_1min": 7.8, "max_other_cores": 0.1}
     assert plot_series(out)[0] == ("bmuf", "bmuf-(16,128)", [[1, 1.0, 90.0]], None)   # an old-format row has no step counts: no curve against emulated wall-clock
 
 
