@@ -13,6 +13,12 @@ recipes' 32 warm-up steps). A setting is ``no-comm`` or a name of ``bench/sync_t
 every run did before the trainers skipped it; ``both`` measures each setting both ways. Prints a table
 (ms per step per phase, mean over ranks; steps/s of the slowest rank; the longest syncs), writes JSON and a
 stacked-bar plot.
+
+Each rank also counts CPU time over the timed steps: its process's (``cpu ms``: every thread, the
+gloo work threads and an overlapped sync's included) and the training thread's within the sync
+phase (``sync cpu ms``). CPU time, unlike wall time, does not grow when other processes share the
+cores, so ``cpu vs no-comm`` (no-comm's CPU per step over the setting's) is the speed a setting would
+keep, on a core per worker with the network hidden, if it were bound by its own compute alone.
 """
 from __future__ import annotations
 
@@ -56,26 +62,34 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
     batches = wl.batches(rank, world, torch.device("cpu"))
     spent = {p: 0.0 for p in PHASES}
     syncs = []
+    sync_cpu = [0.0]
 
     def step(record: bool) -> None:
-        t = [time.perf_counter()]
+        t, c = [time.perf_counter()], [time.thread_time()]
+
+        def mark(phase: str = "") -> None:
+            t.append(time.perf_counter())
+            c.append(time.thread_time())
+
         loss = wl.loss(run.model, next(batches))
-        t.append(time.perf_counter())
-        run.step(loss, lambda phase: t.append(time.perf_counter()))
+        mark()
+        run.step(loss, mark)
         if record:
             for p, t0, t1 in zip(PHASES, t, t[1:]):
                 spent[p] += t1 - t0
             syncs.append(t[-1] - t[-2])
+            sync_cpu[0] += c[-1] - c[-2]
 
     for _ in range(job["warmup"]):
         step(False)
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(job["steps"]):
         step(True)
-    mine = time.perf_counter() - start
+    mine, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     dist.barrier()
     row = {"seconds": mine, "wrapped": isinstance(run.model, torch.nn.parallel.DistributedDataParallel),
+           "cpu_ms": 1e3 * cpu / job["steps"], "sync_cpu_ms": 1e3 * sync_cpu[0] / job["steps"],
            **{p: 1e3 * v / job["steps"] for p, v in spent.items()}, "longest_syncs_ms": sorted(1e3 * s for s in syncs)[-4:]}
     gathered = [None] * world
     dist.all_gather_object(gathered, row)
@@ -93,19 +107,23 @@ def measure(job: dict, workers: int) -> dict:
         ranks = json.loads(Path(out).read_text())
     row = {**job, "steps_per_s": job["steps"] / max(r["seconds"] for r in ranks),
            "wrapped": ranks[0]["wrapped"], **{p: statistics.mean(r[p] for r in ranks) for p in PHASES},
+           **{k: statistics.mean(r[k] for r in ranks) for k in ("cpu_ms", "sync_cpu_ms")},
            "longest_syncs_ms": ranks[0]["longest_syncs_ms"], "load": machine_load.assess(before, machine_load.snapshot())}
     return row
 
 
 def table(rows: list[dict]) -> str:
-    base = next((r["steps_per_s"] for r in rows if r["setting"] == NO_COMM), None)
+    base = next((r for r in rows if r["setting"] == NO_COMM), None)
     lines = ["| setting | DDP wrapper | steps/s | vs no-comm | forward ms | backward ms | optimizer ms | sync ms | "
-             "longest syncs ms (rank 0) |", "|---|---|---|---|---|---|---|---|---|"]
+             "cpu ms | sync cpu ms | cpu vs no-comm | longest syncs ms (rank 0) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        rel = f"{r['steps_per_s'] / base:.2f}" if base else "-"
+        rel = f"{r['steps_per_s'] / base['steps_per_s']:.2f}" if base else "-"
+        cpu = (f"{r['cpu_ms']:.1f} | {r['sync_cpu_ms']:.1f} | "
+               + (f"{base['cpu_ms'] / r['cpu_ms']:.3f}" if base and base.get("cpu_ms") and r["cpu_ms"] else "-")
+               if "cpu_ms" in r else "- | - | -")  # (a JSON of before the CPU counts)
         lines.append(f"| {r['setting']} | {'yes' if r['wrapped'] else 'no'} | {r['steps_per_s']:.2f} | {rel} | "
                      + " | ".join(f"{r[p]:.1f}" for p in PHASES)
-                     + f" | {', '.join(f'{x:.0f}' for x in r['longest_syncs_ms'])} |")
+                     + f" | {cpu} | {', '.join(f'{x:.0f}' for x in r['longest_syncs_ms'])} |")
     return "\n".join(lines)
 
 

@@ -125,6 +125,8 @@ def test_step_profile_times_every_phase_with_and_without_the_wrapper(tmp_path):
                                                             ("bmuf-(16,128)", False)]
     for r in rows:
         assert r["steps_per_s"] > 0 and r["backward"] > 0 and r["optimizer"] > 0, r
+        assert r["cpu_ms"] > 0 and 0 <= r["sync_cpu_ms"] <= r["cpu_ms"], r   # process CPU holds the sync thread's
+    assert "cpu vs no-comm" in step_profile.table(rows)
     assert (tmp_path / "profile.png").stat().st_size > 0
 
 
