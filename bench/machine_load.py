@@ -100,8 +100,8 @@ def _own(procs: dict[int, tuple[int, float, str, float]]) -> set[int]:
     return own
 
 
-def busy_processes(interval: float = 0.5, top: int = 5) -> list[dict]:
-    """The ``top`` other processes by CPU use (percent of one core) over ``interval`` seconds."""
+def _busy_sample(interval: float, top: int) -> tuple[list[dict], dict[int, tuple[int, float, str, float]]]:
+    """:func:`busy_processes`, and the process table of its second sample (for :func:`snapshot`'s counters)."""
     first = _all()
     time.sleep(interval)
     second = _all()
@@ -113,16 +113,21 @@ def busy_processes(interval: float = 0.5, top: int = 5) -> list[dict]:
         pct = 100.0 * (cpu - first[pid][1]) / interval
         if pct > 0:
             rows.append({"pid": pid, "cpu_percent": round(pct, 1), "name": name, "command": _cmdline(pid)})
-    return sorted(rows, key=lambda r: -r["cpu_percent"])[:top]
+    return sorted(rows, key=lambda r: -r["cpu_percent"])[:top], second
+
+
+def busy_processes(interval: float = 0.5, top: int = 5) -> list[dict]:
+    """The ``top`` other processes by CPU use (percent of one core) over ``interval`` seconds."""
+    return _busy_sample(interval, top)[0]
 
 
 def snapshot(interval: float = 0.5, top: int = 5) -> dict:
     """Load averages (1, 5, 15 min), the cores, the busiest other processes, and the CPU counters
     :func:`assess` subtracts (``cpu``: machine busy and own-tree CPU seconds, taken together), now."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    busy = busy_processes(interval, top)
+    busy, procs = _busy_sample(interval, top)
     machine = machine_busy_seconds()
-    cpu = None if machine is None else {"machine_busy_s": machine, "own_s": own_cpu_seconds()}
+    cpu = None if machine is None else {"machine_busy_s": machine, "own_s": own_cpu_seconds(procs)}
     return {"time": time.time(), "loadavg": [round(x, 2) for x in load], "cores": os.cpu_count() or 1,
             "busy": busy, "cpu": cpu}
 

@@ -118,9 +118,11 @@ def table(rows: list[dict]) -> str:
              "cpu ms | sync cpu ms | cpu vs no-comm | longest syncs ms (rank 0) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rel = f"{r['steps_per_s'] / base['steps_per_s']:.2f}" if base else "-"
-        cpu = (f"{r['cpu_ms']:.1f} | {r['sync_cpu_ms']:.1f} | "
-               + (f"{base['cpu_ms'] / r['cpu_ms']:.3f}" if base and base.get("cpu_ms") and r["cpu_ms"] else "-")
-               if "cpu_ms" in r else "- | - | -")  # (a JSON of before the CPU counts)
+        if "cpu_ms" not in r:  # a JSON of before the CPU counts
+            cpu = "- | - | -"
+        else:
+            ratio = f"{base['cpu_ms'] / r['cpu_ms']:.3f}" if base and base.get("cpu_ms") and r["cpu_ms"] else "-"
+            cpu = f"{r['cpu_ms']:.1f} | {r['sync_cpu_ms']:.1f} | {ratio}"
         lines.append(f"| {r['setting']} | {'yes' if r['wrapped'] else 'no'} | {r['steps_per_s']:.2f} | {rel} | "
                      + " | ".join(f"{r[p]:.1f}" for p in PHASES)
                      + f" | {cpu} | {', '.join(f'{x:.0f}' for x in r['longest_syncs_ms'])} |")

@@ -89,7 +89,7 @@ def test_the_rows_of_a_file_of_the_older_format_are_kept_unless_rerun():
     assert out["curves"]["bmuf"] == old["curves"]["bmuf"] and len(out["curves"]["x"]) == 1
     assert out["commands"][0] == old["command"] and out["seeds"] == [1, 2, 3]
     assert out["load"] == {"settings": 7, "not_quiet": 6, "max_loadavg_1min": 7.8, "max_other_cores": 0.1}
-    assert plot_series(out)[0] == ("bmuf", "bmuf-(16,128)", [[1, 1.0, 90.0]], None)   # an old-format row has no step counts: no curve against emulated wall-clock
+    assert plot_series(out)[0] == ("bmuf", "bmuf-(16,128)", [[1, 1.0, 90.0]], None)   # an old-format row has no step counts (None)
 
 
 def test_two_report_only_calls_leave_one_file_with_both_settings(tmp_path):
