@@ -242,6 +242,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not names:
         ap.error("give --grid, --settings or --set")
     args.names = names
+    # the trainings run in the recipe's directory: a relative --work would land there, not here
+    args.work, args.out, args.plots = args.work.resolve(), args.out.resolve(), args.plots.resolve()
+    if args.speeds is not None:
+        args.speeds = args.speeds.resolve()
     return args
 
 

@@ -118,3 +118,13 @@ def test_a_legacy_row_plots_against_wall_clock_from_its_steps_per_worker():
     out = merge(legacy, [], {**HEADER, "epochs": 3}, "python bench/quality.py --report-only")
     assert plot_series(out) == [("bmuf", "bmuf-(16,128)", [[1, 1e6, 200.0], [2, 2e6, 170.0], [3, 3e6, 160.0]], [176, 352, 528]),
                                 ("old", "ma-(8)", [[1, 0.0, 300.0]], None)]
+
+
+def test_relative_work_and_out_dirs_are_resolved_before_the_trainings_change_directory(tmp_path, monkeypatch):
+    """The trainings run with the recipe as their working directory: a relative --work must name the
+    caller's directory, not one under the recipe (where results.json would never be found)."""
+    from bench import quality
+
+    monkeypatch.chdir(tmp_path)
+    args = quality.parse_args(["--settings", "ddp", "--work", "exp/q", "--out", "res", "--plots", "img"])
+    assert (args.work, args.out, args.plots) == (tmp_path / "exp" / "q", tmp_path / "res", tmp_path / "img")

@@ -97,6 +97,10 @@ def test_codes_and_scales_are_the_quantizer_exactly(codec, length):
     expected = codes.float() * scales.repeat_interleave(codec.block, 1)[:, :length]
     assert torch.equal(decoded.isnan(), expected.isnan())
     assert torch.equal(decoded.nan_to_num(0.0), expected.nan_to_num(0.0))
+    # a sender's own D(Q(x)), taken from the codes before packing: the same payload and the same values
+    payload2, own = codec.encode_decoded(x.clone())
+    assert torch.equal(payload2, payload) and own.shape == decoded.shape
+    assert torch.equal(own.isnan(), decoded.isnan()) and torch.equal(own.nan_to_num(0.0), decoded.nan_to_num(0.0))
 
 
 def test_zero_blocks_and_exact_codes():

@@ -47,14 +47,15 @@ class Component:
     def nbytes(self) -> int:
         return self.flat.numel() * self.flat.element_size()
 
-    def gather(self) -> torch.Tensor:
-        """Copy the live parameters into ``flat`` (no allocation) and return it."""
+    def gather(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Copy the live parameters into ``flat`` (or ``out``, a tensor like it; no allocation) and return it."""
+        dst = self.flat if out is None else out
         off = 0
         for piece in self.pieces:
             n = piece.view.numel()
-            self.flat[off:off + n].copy_(piece.view.reshape(-1))
+            dst[off:off + n].copy_(piece.view.reshape(-1))
             off += n
-        return self.flat
+        return dst
 
     def scatter(self, source: torch.Tensor | None = None) -> None:
         """Write ``source`` (default: ``flat``) back into the live parameters."""

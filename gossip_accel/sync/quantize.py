@@ -81,6 +81,22 @@ class Codec:
         One division, one rounding and one packing pass over the codes: the clamp to +-q_max and the NaN
         handling run only when a block is non-finite or its scale subnormal (a finite block's |x_i / s_j| is
         at most q_max (1 + 2^-8) < q_max + 1/2 with fp32 or bf16 scales, so its codes round into range)."""
+        codes, scale, _ = self._codes(x)
+        return self._pack(codes, scale, x.shape[1])
+
+    def encode_decoded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q(x), D(Q(x))): the payload of :meth:`encode` and the fp32 rows (rows, L) that :meth:`decode` makes of
+        it, taken from the codes before packing (c_i s_j, the same product decode forms; a zero may keep the sign
+        of the value it rounded from) instead of unpacking them again: what a sender that applies its own message
+        (error feedback, a public copy) needs."""
+        codes, scale, s = self._codes(x)
+        payload = self._pack(codes, scale, x.shape[1])
+        rows, full = codes.shape
+        codes.view(rows, -1, self.block).mul_(s.unsqueeze(-1))
+        return payload, codes[:, :x.shape[1]]
+
+    def _codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The codes c (rows, nb B) fp32, zero past L, the scales in the scale dtype and as fp32 (rows, nb)."""
         rows, length = x.shape
         nb = self.scale_count(length)
         full = nb * self.block
@@ -95,7 +111,12 @@ class Codec:
             codes.round_()
         else:
             codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax)
-        codes = codes.view(rows, full)
+        return codes.view(rows, full), scale, s
+
+    def _pack(self, codes: torch.Tensor, scale: torch.Tensor, length: int) -> torch.Tensor:
+        """The payload of the codes of L elements and their scales: codes (int8: a byte each, int4: two per byte)
+        followed by the scales' bytes."""
+        rows, full = codes.shape
         if self.bits == 8:
             values = codes[:, :length].to(torch.int8).view(torch.uint8)
         elif full % 2 == 0:
@@ -166,8 +187,8 @@ def compress_(codec: Codec, x: torch.Tensor, residual: torch.Tensor) -> torch.Te
     """Error feedback: v = x + e, returns Q(v) and sets e <- v - D(Q(v)) (rows of ``x``, in place in
     ``residual``). A non-finite residual entry (a diverged sender) restarts at 0."""
     v = x + residual
-    payload = codec.encode(v)
-    torch.sub(v, codec.decode(payload, x.shape[1]), out=residual)
+    payload, sent = codec.encode_decoded(v)
+    torch.sub(v, sent, out=residual)
     _restart_nonfinite_(residual)
     return payload
 
@@ -182,8 +203,8 @@ def apply_to_copy_(codec: Codec, copy: torch.Tensor, payload: torch.Tensor) -> t
 def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
     """The sender's side of an edge: returns Q(theta - hat) and applies it to its copy hat (1-D, in place)."""
     _restart_nonfinite_(copy)
-    payload = codec.encode((theta - copy).unsqueeze(0))
-    apply_to_copy_(codec, copy, payload)
+    payload, sent = codec.encode_decoded((theta - copy).unsqueeze(0))
+    copy.add_(sent[0])  # = apply_to_copy_(codec, copy, payload), without unpacking the payload again
     return payload
 
 

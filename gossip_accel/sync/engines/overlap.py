@@ -76,7 +76,7 @@ class OverlapQueue:
         items, posted = [], []
         for comp, ev in due:
             plan = ctx.topology.plan(comp.index, ev.round)
-            snap = self.snapshot[comp.name].copy_(comp.gather())
+            snap = comp.gather(out=self.snapshot[comp.name])  # theta_t, straight from the live parameters
             recv_from = list(plan.recv_from[ctx.rank])
             if coded is not None:
                 its = coded.ring_items(comp, plan.send_to[ctx.rank], recv_from, snap)
