@@ -5,6 +5,7 @@ averaged over ranks first; the command line and its one-line errors."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,17 @@ def test_cli_writes_the_average_and_names_what_is_missing(tmp_path, capsys):
     code, _, err = cli(capsys, "--exp-dir", str(exp), "--avg", "2", "--avg-mode", "best")
     assert code == 1 and "results.json not found" in err
     assert cli(capsys, "--exp-dir", str(exp), "--avg", "2", "--avg-mode", "last")[0] == 0   # last needs no CV loss
+
+
+def test_an_lm_run_is_averaged_and_ranked_by_its_valid_perplexity(tmp_path):
+    """The LM trainer's history holds valid_ppl, not cv_loss: best-N ranks by ln ppl, last-N works too."""
+    exp = tmp_path / "lm"
+    exp.mkdir()
+    ppl = {1: 90.0, 2: 70.0, 3: 75.0}
+    (exp / "results.json").write_text(json.dumps({"history": [{"epoch": e, "valid_ppl": p} for e, p in ppl.items()]}))
+    models = {e: state(e, tracked=e) for e in ppl}
+    for e, s in models.items():
+        ckpt.atomic_save(s, avg.epoch_model_path(exp, e))
+    out, rec = avg.average_run(exp, 2, "best")
+    assert rec["epochs"] == [2, 3] and rec["cv_loss"] == {"2": math.log(70.0), "3": math.log(75.0)}
+    assert avg.average_run(exp, 2, "last")[1]["epochs"] == [2, 3]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,16 @@ def test_two_worker_recipe_run_and_exact_resume(tmp_path):
     assert res["workers"] == 2 and res["epochs"] == 2 and res["steps_per_worker"] == 24
     assert res["final_test_ppl"] > 1 and [h["epoch"] for h in res["history"]] == [1, 2]
     assert (full / "checkpoints" / "epoch2" / "done").is_file()
+
+    # checkpoint averaging of an LM run: its epoch-end checkpoints ranked by valid ppl, then eval_lm --model
+    for cmd in (["gossip_accel.bin.average_checkpoints", "--exp-dir", str(full), "--avg", "2", "--avg-mode", "best"],
+                ["gossip_accel.bin.eval_lm", "--exp-dir", str(full), "--model", str(full / "avg_best2.pt")]):
+        r = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    averaged = json.loads((full / "results.json").read_text())
+    assert averaged["avg_best2_test_ppl"] > 1 and averaged["final_test_ppl"] == res["final_test_ppl"]
+    assert json.loads((full / "avg_best2.json").read_text())["epochs"] == [1, 2]
+    res = averaged
 
     # the same run stopped after epoch 1 and resumed: identical model and perplexity
     part = tmp_path / "exp" / "resumed"

@@ -21,6 +21,7 @@ BatchNorm's ``num_batches_tracked``) are the newest selected epoch's
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -67,16 +68,23 @@ def _load(path: Path) -> dict:
         raise ckpt.CheckpointError(f"{path}: cannot be loaded with weights_only=True ({e})") from None
 
 
+def _epoch_loss(h: dict) -> float:
+    """An epoch's CV loss: the ASR trainer's ``cv_loss`` (``cv_loss_replicas`` for a run that did not log it),
+    or the LM trainer's ln ``valid_ppl`` (the validation cross-entropy per token)."""
+    if "cv_loss" in h or "cv_loss_replicas" in h:
+        return float(h["cv_loss"] if "cv_loss" in h else h["cv_loss_replicas"])
+    return math.log(float(h["valid_ppl"]))
+
+
 def cv_losses(exp: Path) -> dict[int, float]:
-    """Epoch -> CV loss of the averaged model (``cv_loss``; ``cv_loss_replicas`` for a run that
-    did not log it) from ``<exp>/results.json``'s history."""
+    """Epoch -> CV loss of the averaged model (:func:`_epoch_loss`) from ``<exp>/results.json``'s history."""
     f = Path(exp) / "results.json"
     if not f.is_file():
         raise FileNotFoundError(f"{f} not found: the training of {exp} did not finish (--avg-mode best reads "
                                 "the CV loss of every epoch from it)")
     try:
         history = json.loads(f.read_text()).get("history", [])
-        return {int(h["epoch"]): float(h["cv_loss"] if "cv_loss" in h else h["cv_loss_replicas"]) for h in history}
+        return {int(h["epoch"]): _epoch_loss(h) for h in history}
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{f}: no per-epoch CV loss in its history ({type(e).__name__}: {e})") from None
 
