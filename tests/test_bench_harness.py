@@ -272,3 +272,15 @@ def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
                              r"a busy machine", proc.stdout)
     assert result["load"]["settings"] == len(SETTINGS) and net["load"] == result["load"]
     assert result["load"]["not_quiet"] == sum(not r["load"]["quiet"] for r in rows.values())
+
+
+def test_coder_speed_times_every_operation_and_writes_json(tmp_path, capsys):
+    from bench import coder_speed
+
+    out = tmp_path / "coder.json"
+    coder_speed.main(["--numel", "1000", "513", "--bits", "4", "--calls", "2", "--block", "64", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["numel"], r["op"]) for r in rows] == [(n, op) for n in (1000, 513)
+                                                     for op in ("encode", "decode", "send_to_copy_", "compress_")]
+    assert all(0 < r["min_ms"] <= r["median_ms"] for r in rows)
+    assert "| 1,000 | 4 | send_to_copy_ |" in capsys.readouterr().out

@@ -93,12 +93,14 @@ def test_two_worker_recipe_run_and_exact_resume(tmp_path):
 
     # checkpoint averaging of an LM run: its epoch-end checkpoints ranked by valid ppl, then eval_lm --model
     for cmd in (["gossip_accel.bin.average_checkpoints", "--exp-dir", str(full), "--avg", "2", "--avg-mode", "best"],
-                ["gossip_accel.bin.eval_lm", "--exp-dir", str(full), "--model", str(full / "avg_best2.pt")]):
+                ["gossip_accel.bin.eval_lm", "--exp-dir", str(full), "--model", str(full / "avg_best2.pt"), "--every-epoch"]):
         r = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     averaged = json.loads((full / "results.json").read_text())
     assert averaged["avg_best2_test_ppl"] > 1 and averaged["final_test_ppl"] == res["final_test_ppl"]
     assert json.loads((full / "avg_best2.json").read_text())["epochs"] == [1, 2]
+    assert list(averaged["epoch_test_ppl"]) == ["1", "2"]                       # the epoch-end checkpoints' models
+    assert averaged["epoch_valid_ppl"]["2"] == pytest.approx(res["final_valid_ppl"], rel=1e-6)  # the last is final.pt
     res = averaged
 
     # the same run stopped after epoch 1 and resumed: identical model and perplexity
