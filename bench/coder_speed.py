@@ -68,9 +68,11 @@ def main(argv=None) -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    sys.path.insert(0, str(args.root.resolve()))
-    for name in [m for m in sys.modules if m == "gossip_accel" or m.startswith("gossip_accel.")]:
-        del sys.modules[name]
+    root = args.root.resolve()
+    if root != ROOT:  # another checkout's package replaces this one's in this process (a command-line run only)
+        sys.path.insert(0, str(root))
+        for name in [m for m in sys.modules if m == "gossip_accel" or m.startswith("gossip_accel.")]:
+            del sys.modules[name]
     q = importlib.import_module("gossip_accel.sync.quantize")
     before = machine_load.snapshot()
     rows = []

@@ -276,6 +276,7 @@ def test_tiny_run_writes_wellformed_json(netns_ok, tmp_path):
 
 def test_coder_speed_times_every_operation_and_writes_json(tmp_path, capsys):
     from bench import coder_speed
+    from gossip_accel.sync import quantize
 
     out = tmp_path / "coder.json"
     coder_speed.main(["--numel", "1000", "513", "--bits", "4", "--calls", "2", "--block", "64", "--json", str(out)])
@@ -284,3 +285,4 @@ def test_coder_speed_times_every_operation_and_writes_json(tmp_path, capsys):
                                                      for op in ("encode", "decode", "send_to_copy_", "compress_")]
     assert all(0 < r["min_ms"] <= r["median_ms"] for r in rows)
     assert "| 1,000 | 4 | send_to_copy_ |" in capsys.readouterr().out
+    assert sys.modules["gossip_accel.sync.quantize"] is quantize   # the package the other tests use was not re-imported
