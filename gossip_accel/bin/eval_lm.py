@@ -47,11 +47,12 @@ def main() -> None:
     conf = load_conf([str(exp / "config.yaml")], [])
     data = Path(conf.data.dir)
     vocab = Vocabulary.load(data / conf.data.vocab)
-    splits = {split: batchify(vocab.encode(read_lines(data / getattr(conf.data, split))), conf.train.streams)
-              for split in ("valid", "test") if (data / getattr(conf.data, split)).is_file()}
+    paths = {split: data / getattr(conf.data, split) for split in ("valid", "test")}
+    splits = {split: batchify(vocab.encode(read_lines(path)), conf.train.streams)
+              for split, path in paths.items() if path.is_file()}
+    model = build_model(conf, vocab)
 
     def evaluate(state: dict) -> dict[str, float]:
-        model = build_model(conf, vocab)
         model.load_state_dict(state)
         return {split: perplexity(model, ids, conf.train.bptt) for split, ids in splits.items()}
 
@@ -59,7 +60,7 @@ def main() -> None:
     key = "final" if args.model is None else model_file.stem
     for split, ppl in evaluate(torch.load(model_file, map_location="cpu", weights_only=True)).items():
         results[f"{key}_{split}_ppl"] = ppl
-        print(f"eval_lm: {exp.name}: {model_file.name}: {split} perplexity {ppl:.2f} ({data / getattr(conf.data, split)})")
+        print(f"eval_lm: {exp.name}: {model_file.name}: {split} perplexity {ppl:.2f} ({paths[split]})")
     per_epoch = {e: evaluate(load()) for e, (_, load) in tqdm(epochs.items(), desc=f"eval_lm {exp.name} epochs",
                                                                disable=not epochs)}
     for split in splits if per_epoch else ():

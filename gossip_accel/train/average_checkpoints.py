@@ -71,8 +71,9 @@ def _load(path: Path) -> dict:
 def _epoch_loss(h: dict) -> float:
     """An epoch's CV loss: the ASR trainer's ``cv_loss`` (``cv_loss_replicas`` for a run that did not log it),
     or the LM trainer's ln ``valid_ppl`` (the validation cross-entropy per token)."""
-    if "cv_loss" in h or "cv_loss_replicas" in h:
-        return float(h["cv_loss"] if "cv_loss" in h else h["cv_loss_replicas"])
+    for key in ("cv_loss", "cv_loss_replicas"):
+        if key in h:
+            return float(h[key])
     return math.log(float(h["valid_ppl"]))
 
 
