@@ -12,6 +12,7 @@ import soundfile as sf
 import torch
 
 from gossip_accel.bin.train_asr import NewBob
+from gossip_accel.data.kaldi.tables import read_table
 from gossip_accel.train.process_group import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,10 +20,10 @@ CONF = ROOT / "recipes" / "librispeech" / "asr1" / "conf" / "train_dnn.yaml"
 WORDS = ["HELLO", "WORLD", "GOSSIP", "MODEL", "AVERAGE", "SPEECH", "RING", "BLOCK"]
 
 
-def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0 or not check, f"{' '.join(cmd)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
 
@@ -270,3 +271,20 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     # stage 2 again (not --test-only): the features are there, the CMVN up to date, not recomputed
     last = stages(recipe, "--stage", "2", "--stop-stage", "2")
     assert "cmvn.ark is up to date" in last.stderr and cmvn.stat().st_mtime_ns == cmvn_mtime
+
+
+def test_stage_2_trains_on_speed_perturbed_and_augmented_copies(recipe):
+    """--speed-perturb then --augment: data/train_sp_aug1 holds 2 x 2 x the training set, its own CMVN;
+    data/train and its CMVN are left as they are."""
+    cmvn = recipe / "data" / "train" / "cmvn.ark"
+    before = cmvn.stat().st_mtime_ns if cmvn.exists() else None
+    out = stages(recipe, "--stop-stage", "2", "--speed-perturb", "0.9 1.0", "--augment", "1",
+                 "--augment-opts", "--noise babble,white --reverb-probability 1")
+    aug = recipe / "data" / "train_sp_aug1"
+    assert "augment_data: data/train_sp -> data/train_sp_aug1: 96 utterances" in out.stdout
+    feats = read_table(aug / "feats.scp")
+    assert len(feats) == 96 and {u.split("-")[0] for u in feats} == {"aug1", "sp0.9", "spk0", "spk1", "spk2"}
+    assert len(read_table(aug / "utt2augment")) == 48 and (aug / "cmvn.ark").is_file()
+    assert (cmvn.stat().st_mtime_ns if cmvn.exists() else None) == before
+    bad = run(["bash", str(recipe / "run.sh"), "--stop-stage", "2", "--augment", "x"], recipe, check=False)
+    assert bad.returncode != 0 and "--augment x: a number of augmented copies" in bad.stderr

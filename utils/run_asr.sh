@@ -64,6 +64,8 @@ avg_mode=best            # best: the N epochs of lowest CV loss (results.json) |
 model_dir=""             # stages 6-7: these run dirs (space-separated, globs allowed) instead of --algorithms' runs
 test_only=false          # true: stages 0-2 prepare the test sets alone, stages 3-5 are skipped (decode what exists)
 speed_perturb=""         # e.g. "0.9 1.0 1.1": train on data/<train-set>_sp, Kaldi's speed perturbation (stage 2)
+augment=0                # N > 0: train on data/<train-set>_aug<N>: the set and N noise/reverberation copies (after speed_perturb)
+augment_opts=""          # more options of gossip_accel.bin.augment_data, e.g. "--snr 10,20 --noise babble --reverb-probability 1"
 declare train_stage=4   # (not options: what utils/stages.sh needs to know)
 declare epochs_key=train.max_epochs
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
@@ -115,6 +117,16 @@ if [ -n "$speed_perturb" ] && [ "$test_only" != true ]; then  # sp<f>- copies of
     python -m gossip_accel.bin.perturb_speed --src "data/$train_set" --dst "data/${train_set}_sp" --factors "$speed_perturb"
   fi
   train_set=${train_set}_sp
+  prep_sets="$train_set $dev_set $test_sets"
+fi
+case $augment in ''|*[!0-9]*) die "--augment $augment: a number of augmented copies (0: none)" ;; esac
+if [ "$augment" -gt 0 ] && [ "$test_only" != true ]; then  # aug<i>- copies; stage 2 adds their noise and reverberation
+  if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] && [ ! -f "data/${train_set}_aug$augment/.fbank.done" ]; then
+    # shellcheck disable=SC2086  # word splitting of the options wanted
+    python -m gossip_accel.bin.augment_data --src "data/$train_set" --dst "data/${train_set}_aug$augment" \
+      --copies "$augment" $augment_opts || die "augment_data failed (--augment-opts '$augment_opts')"
+  fi
+  train_set=${train_set}_aug$augment
   prep_sets="$train_set $dev_set $test_sets"
 fi
 

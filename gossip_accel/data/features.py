@@ -4,7 +4,8 @@ Audio comes from ``wav.scp`` (``<utt> <path>`` or ``<utt> <command> |``), cut by
 when the data dir has one; a multi-channel recording is reduced to the channel that
 ``reco2file_and_channel`` names for it (``A``/``1`` = first, ``B``/``2`` = second), unless
 ``--channel`` says otherwise; ``utt2speed`` (speed perturbation, :mod:`.speed_perturb`) changes an
-utterance's speed before its features are computed. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
+utterance's speed before its features are computed, and ``utt2augment`` (:mod:`.augment`) adds noise and
+reverberation after it. Samples are read with soundfile (WAV, FLAC, NIST SPHERE; no FFmpeg
 needed; shorten-compressed SPHERE, as on LDC's discs, by :mod:`gossip_accel.data.sphere`) and
 scaled to the 16-bit integer range, as Kaldi's ``compute-fbank-feats`` sees them, so
 the features equal Kaldi's (``torchaudio.compliance.kaldi.fbank`` with the same options).
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from .kaldi.tables import DataDirError, is_command, read_table, refuse_commands, write_table
+from .augment import Augmentation, apply_augmentation, read_augmentations
 from .speed_perturb import read_speeds
 
 INT16_SCALE = 32768.0  # soundfile gives [-1, 1); Kaldi reads 16-bit integers
@@ -268,6 +270,8 @@ class Job:
     allow_pipes: bool = False  # run wav.scp commands ("... |")
     suffix: str = ""  # the job writes raw_fbank.<j>.{ark,scp}<suffix>; merge_jobs renames them
     speeds: Optional[dict] = None  # utt -> speed factor (utt2speed: speed perturbation)
+    augment: Optional[dict] = None  # utt -> Augmentation (utt2augment: noise and reverberation)
+    sources: Optional[dict] = None  # babble utt -> (wav.scp value, segment): the audio augment names
 
 
 @dataclass
@@ -333,8 +337,9 @@ def run_job(job: Job) -> JobResult:
     with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
         for utt, spec, segment in bar:
             try:
-                wav = load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache,
-                                     (job.channels or {}).get(utt), job.allow_pipes, (job.speeds or {}).get(utt, 1.0))
+                wav = _job_audio(job, utt, spec, segment, cache)
+                if job.augment and utt in job.augment:
+                    wav = _augmented(job, utt, wav, job.augment[utt])
                 feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
                 if feats.shape[0] == 0:
                     raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
@@ -348,6 +353,22 @@ def run_job(job: Job) -> JobResult:
             frames[utt] = int(feats.shape[0])
     bar.close()
     return JobResult(job.index, frames, skipped)
+
+
+def _job_audio(job: Job, utt: str, spec: str, segment, cache: Optional[dict] = None) -> torch.Tensor:
+    return load_utterance(spec, utt, job.opts, job.channel, job.on_rate_mismatch, segment, cache,
+                          (job.channels or {}).get(utt), job.allow_pipes, (job.speeds or {}).get(utt, 1.0))
+
+
+def _augmented(job: Job, utt: str, wav: torch.Tensor, aug: Augmentation) -> torch.Tensor:
+    """``wav`` with the noise and reverberation of ``utt2augment`` (babble read from ``job.sources``)."""
+    def load_source(src: str) -> torch.Tensor:
+        try:
+            return _job_audio(job, src, *job.sources[src])
+        except FeatureError as e:
+            raise FeatureError(f"utterance {utt}: its babble source {e}") from None
+
+    return apply_augmentation(wav, int(job.opts.sample_frequency), aug, load_source)
 
 
 def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, opts: FbankOptions | None = None,
@@ -386,13 +407,28 @@ def compute_fbank_dir(data_dir: str | Path, out_dir: str | Path | None = None, o
                          f"(ark,scp:<ark>,<scp>); choose a directory without ','")
     chans = utterance_channels(data_dir)
     speeds = read_speeds(data_dir)
+    augment = read_augmentations(data_dir)
+    audio = {u: (spec, segment) for u, spec, segment in entries}
+    for utt, aug in augment.items():
+        lost = [s for s in aug.sources if s not in audio]
+        if lost:
+            raise FeatureError(f"{data_dir / 'utt2augment'}: {utt}: babble source {lost[0]} is not an utterance "
+                               f"of {data_dir}")
     out.mkdir(parents=True, exist_ok=True)
     parts = split_contiguous(entries, nj)
     suffix = f".tmp{os.getpid()}"
-    jobs = [Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress,
-                {u: chans[u] for u, _, _ in part if u in chans} or None, allow_pipes, suffix,
-                {u: speeds[u] for u, _, _ in part if u in speeds} or None)
-            for j, part in enumerate(parts)]
+
+    def only(table: dict, utts) -> Optional[dict]:
+        return {u: table[u] for u in utts if u in table} or None
+
+    jobs = []
+    for j, part in enumerate(parts):
+        utts = [u for u, _, _ in part]
+        job_augment = only(augment, utts)
+        babble = sorted({s for a in (job_augment or {}).values() for s in a.sources})
+        jobs.append(Job(j + 1, part, str(out), opts, channel, on_rate_mismatch, on_error, progress,
+                        only(chans, utts + babble), allow_pipes, suffix, only(speeds, utts + babble),
+                        job_augment, only(audio, babble)))
     try:
         if len(jobs) == 1:
             results = [run_job(jobs[0])]

@@ -17,10 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from .kaldi.tables import read_table, utt2spk_to_spk2utt, write_spk2utt, write_table
+from .kaldi.copy import PERTURBATIONS, Tables, add_prefixed_copy, read_data_dir_tables, write_data_dir
+from .kaldi.tables import read_table
 
-SPEED_FILE = "utt2speed"
-COPIED_BY_UTT = ("text", "utt2spk")            # value kept (utt2spk's speaker is prefixed)
+SPEED_FILE = PERTURBATIONS[0]   # utt2speed
 DEFAULT_FACTORS = (0.9, 1.0, 1.1)
 
 
@@ -60,46 +60,18 @@ def perturb_data_dir_speed(src: str | Path, dst: str | Path, factors: Sequence[f
     """Write ``dst``: every utterance of ``src`` once per factor (see the module docstring).
 
     Returns {"utterances": n, "speakers": n} of ``dst``. ``src`` needs ``wav.scp``, ``text``
-    and ``utt2spk``; ``segments``, ``reco2file_and_channel``, ``spk2gender`` and ``utt2dur`` are
-    carried over when present. A ``src`` that is itself perturbed (has ``utt2speed``) is refused."""
+    and ``utt2spk``; ``segments``, ``reco2file_and_channel``, ``spk2gender``, ``utt2dur`` and
+    ``utt2augment`` (:mod:`.augment`, applied after the speed change) are carried over when
+    present. A ``src`` that is itself perturbed (has ``utt2speed``) is refused."""
     src, dst = Path(src), Path(dst)
     factors = parse_factors(" ".join(str(f) for f in factors))
-    for f in ("wav.scp", "text", "utt2spk"):
-        if not (src / f).is_file():
-            raise FileNotFoundError(f"{src / f} not found: {src} is not a Kaldi data dir (stage 0/1 first)")
+    tables = read_data_dir_tables(src)
     if (src / SPEED_FILE).is_file():
         raise ValueError(f"{src / SPEED_FILE} exists: {src} is already speed-perturbed")
-    if src.resolve() == dst.resolve():
-        raise ValueError(f"{dst}: the output must be another dir than {src}")
-    tables = {f: read_table(src / f) for f in ("wav.scp", *COPIED_BY_UTT, "segments", "reco2file_and_channel",
-                                               "spk2gender", "utt2dur") if (src / f).is_file()}
-    has_segments = "segments" in tables
-    out: dict[str, dict[str, str]] = {f: {} for f in tables}
+    out: Tables = {}
     speeds: dict[str, str] = {}
     for factor in factors:
-        p = speed_prefix(factor)
-        for utt, text in tables["text"].items():
-            out["text"][p + utt] = text
-            speeds[p + utt] = f"{factor:g}"
-        for utt, spk in tables["utt2spk"].items():
-            out["utt2spk"][p + utt] = p + spk
-        for key, value in tables["wav.scp"].items():   # recordings (utterances without segments)
-            out["wav.scp"][p + key] = value
-        if has_segments:
-            for utt, value in tables["segments"].items():
-                reco, rest = value.split(maxsplit=1)
-                out["segments"][p + utt] = f"{p}{reco} {rest}"
-        for reco, value in tables.get("reco2file_and_channel", {}).items():
-            out["reco2file_and_channel"][p + reco] = value
-        for spk, value in tables.get("spk2gender", {}).items():
-            out["spk2gender"][p + spk] = value
-        for utt, value in tables.get("utt2dur", {}).items():
-            out["utt2dur"][p + utt] = f"{float(value) / factor:.3f}"
-    dst.mkdir(parents=True, exist_ok=True)
-    for name in ("feats.scp", "utt2num_frames", "cmvn.ark"):   # stale features of an earlier run
-        (dst / name).unlink(missing_ok=True)
-    for name, table in out.items():
-        write_table(dst / name, table)
-    write_spk2utt(dst / "spk2utt", utt2spk_to_spk2utt(out["utt2spk"]))
-    write_table(dst / SPEED_FILE, speeds)
-    return {"utterances": len(out["text"]), "speakers": len(set(out["utt2spk"].values()))}
+        for utt in add_prefixed_copy(out, tables, speed_prefix(factor), speed=factor):
+            speeds[utt] = f"{factor:g}"
+    out[SPEED_FILE] = speeds
+    return write_data_dir(dst, out, src)
