@@ -127,6 +127,27 @@ def test_features_of_the_copies_and_babble_of_other_utterances(data_dir, tmp_pat
     assert all(np.array_equal(again[u], out[u]) for u in out)
 
 
+def test_each_babble_source_is_decoded_once_per_job(data_dir, tmp_path, monkeypatch):
+    import gossip_accel.data.features as features
+
+    dst = tmp_path / "aug"
+    augment_data_dir(data_dir, dst, AugmentOptions(copies=2, noise=("babble",), reverb_probability=0.0))
+    named = [u for a in read_augmentations(dst).values() for u in a.sources]
+    assert len(named) > len(set(named))            # sources are shared between copies
+    reads: dict[str, int] = {}
+    real = features.read_audio
+
+    def counting(spec, *args, **kwargs):
+        reads[spec] = reads.get(spec, 0) + 1
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(features, "read_audio", counting)
+    compute_fbank_dir(dst, tmp_path / "fb", FbankOptions(num_mel_bins=40), nj=1, progress=False)
+    # each file: once for each of its three utterances (the original, aug1-, aug2-), then at
+    # most once more as a babble source, however many copies name it
+    assert max(reads.values()) <= 4 and sum(reads.values()) < len(UTTS) * 3 + len(named)
+
+
 def test_speed_then_augmentation(data_dir, tmp_path):
     perturb_data_dir_speed(data_dir, tmp_path / "sp", (0.9, 1.0))
     augment_data_dir(tmp_path / "sp", tmp_path / "sp_aug", AugmentOptions(copies=1, noise=("white",)))

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import zlib
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
@@ -332,6 +333,7 @@ def run_job(job: Job) -> JobResult:
     frames: dict[str, int] = {}
     skipped: list[tuple[str, str]] = []
     cache: dict = {}
+    sources = _SourceCache()
     bar = tqdm(job.entries, desc=f"fbank job {job.index}", unit="utt", position=job.index - 1,
                leave=True, mininterval=2.0, file=sys.stderr, disable=not job.progress)
     with kaldiio.WriteHelper(f"ark,scp:{ark},{scp}") as writer:
@@ -339,7 +341,7 @@ def run_job(job: Job) -> JobResult:
             try:
                 wav = _job_audio(job, utt, spec, segment, cache)
                 if job.augment and utt in job.augment:
-                    wav = _augmented(job, utt, wav, job.augment[utt])
+                    wav = _augmented(job, utt, wav, job.augment[utt], sources)
                 feats = compute_fbank(wav, job.opts, seed=zlib.crc32(utt.encode()))
                 if feats.shape[0] == 0:
                     raise FeatureError(f"utterance {utt}: {spec!r} gives 0 frames ({wav.numel()} samples, "
@@ -360,11 +362,38 @@ def _job_audio(job: Job, utt: str, spec: str, segment, cache: Optional[dict] = N
                           (job.channels or {}).get(utt), job.allow_pipes, (job.speeds or {}).get(utt, 1.0))
 
 
-def _augmented(job: Job, utt: str, wav: torch.Tensor, aug: Augmentation) -> torch.Tensor:
+class _SourceCache:
+    """Decoded babble sources of one job, least recently used dropped beyond ``max_bytes``.
+
+    Each augmented copy names 3-7 other utterances and a source is named by several copies,
+    so decoding each once per job (within the budget) saves repeated reads and resampling.
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.items: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+
+    def get(self, key: str, load) -> torch.Tensor:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = load()
+        self.items[key] = value
+        self.bytes += value.numel() * value.element_size()
+        while self.bytes > self.max_bytes and len(self.items) > 1:
+            _, dropped = self.items.popitem(last=False)
+            self.bytes -= dropped.numel() * dropped.element_size()
+        return value
+
+
+def _augmented(job: Job, utt: str, wav: torch.Tensor, aug: Augmentation,
+               sources: Optional[_SourceCache] = None) -> torch.Tensor:
     """``wav`` with the noise and reverberation of ``utt2augment`` (babble read from ``job.sources``)."""
+    sources = sources if sources is not None else _SourceCache()
+
     def load_source(src: str) -> torch.Tensor:
         try:
-            return _job_audio(job, src, *job.sources[src])
+            return sources.get(src, lambda: _job_audio(job, src, *job.sources[src]))
         except FeatureError as e:
             raise FeatureError(f"utterance {utt}: its babble source {e}") from None
 
