@@ -176,6 +176,15 @@ SETTINGS: dict[str, tuple] = {
     # DiLoCo (arXiv 2311.08105): inner AdamW, outer Nesterov SGD lr 0.7 momentum 0.9, H = 32 (conf/diloco.yaml)
     "diloco": ("DiLoCo: AdamW lr 3e-3, outer Nesterov SGD 0.7/0.9, all-reduce every 32 steps", [], ["diloco.yaml"]),
     "diloco_lr_1e-3": ("diloco with AdamW lr 1e-3", ["train.lr=0.001"], ["diloco.yaml"]),
+    # issue 14 on the Gutenberg mini, where at 20 epochs gossip-BMUF's test ppl on the held-out book stalls while its valid ppl
+    # still falls: every method with the LSTMP's dropout raised (conf/mini.yaml 0.1), or with the training text dealt out
+    # to the workers interleaved (every worker reads every book) instead of in contiguous parts (a book or two each)
+    **{f"{name}_{variant}": (f"{name} with {override}", [*overrides, override])
+       for name, overrides in (("ddp", ["sync.enabled=false"]), ("ma", ["sync.algorithm=ma"]), ("bmuf", ["sync.algorithm=bmuf"]),
+                               ("gossip_bmuf_pair_12_96", ["sync.algorithm=gossip_bmuf", "sync.mixing=pair", "sync.period=12",
+                                                           "sync.components.0.period=96"]))
+       for variant, override in (("drop_0.2", "model.dropout=0.2"), ("drop_0.3", "model.dropout=0.3"),
+                                 ("interleaved", "data.shard_layout=interleaved"))},
 }
 GRIDS = {
     "knobs": ["ddp", "paper", "rule", "eta_0.5", "zeta_2", "cbm", "lr_0.02", "lr_0.05", "pair", "emb_64", "bf16",

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from gossip_accel.data.asr import epoch_batches
-from gossip_accel.data.lm import batchify, bptt_windows, rest_of_stream, shard
+from gossip_accel.data.lm import bptt_windows, rest_of_stream, worker_streams
 from gossip_accel.sync.config import ConfigError
 from gossip_accel.sync.elastic import mean_tree, merge_states, slots_identical
 from gossip_accel.train import checkpoint as ckpt
@@ -143,29 +143,30 @@ def test_identical_slots_are_carried_bit_for_bit_and_other_families_refused():
 
 
 # -- the re-sharding rules ----------------------------------------------------------------------------
-def fed_inputs(ids, world: int, streams: int, bptt: int, done: int) -> list[int]:
+def fed_inputs(ids, world: int, streams: int, bptt: int, done: int, layout: str = "contiguous") -> list[int]:
     """The tokens the first ``done`` windows of every rank fed as inputs."""
     out = []
     for r in range(world):
-        for i, (x, _) in enumerate(bptt_windows(batchify(shard(ids, r, world), streams), bptt)):
+        for i, (x, _) in enumerate(bptt_windows(worker_streams(ids, r, world, streams, layout), bptt)):
             if i < done:
                 out.extend(x.reshape(-1).tolist())
     return out
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "interleaved"])
 @pytest.mark.parametrize("old,new", [(4, 3), (4, 2), (3, 5)])
-def test_lm_rest_of_stream_feeds_every_remaining_token_once(old, new):
+def test_lm_rest_of_stream_feeds_every_remaining_token_once(old, new, layout):
     ids, streams, bptt, done = torch.arange(10_000), 4, 8, 30
-    before = fed_inputs(ids, old, streams, bptt, done)
-    rest = rest_of_stream(ids, old, streams, done * bptt)
-    after = fed_inputs(rest, new, streams, bptt, 10**9)  # the new workers' windows to the end of the epoch
+    before = fed_inputs(ids, old, streams, bptt, done, layout)
+    rest = rest_of_stream(ids, old, streams, done * bptt, layout)
+    after = fed_inputs(rest, new, streams, bptt, 10**9, layout)  # the new workers' windows to the end of the epoch
     assert len(set(before)) == len(before) and len(set(after)) == len(after) and not set(before) & set(after)
     lost = set(range(10_000)) - set(before) - set(after)
     # only tails: what shard/batchify drop and the last column of each stream (a target, never an input)
     assert len(lost) <= old * (streams + 1) + new * (2 * streams + 1), len(lost)
     # two segments: 4 workers, then 3, then 2
-    rest2 = rest_of_stream(rest, new, streams, 5 * bptt)
-    assert not set(rest2.tolist()) & (set(before) | set(fed_inputs(rest, new, streams, bptt, 5)))
+    rest2 = rest_of_stream(rest, new, streams, 5 * bptt, layout)
+    assert not set(rest2.tolist()) & (set(before) | set(fed_inputs(rest, new, streams, bptt, 5, layout)))
 
 
 def test_asr_rest_of_epoch_continues_the_shuffled_list():

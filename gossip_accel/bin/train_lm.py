@@ -4,7 +4,8 @@
         --dynamo_backend no -m gossip_accel.bin.train_lm --config conf/lm.yaml \\
         --exp-dir exp/gossip_bmuf sync.algorithm=gossip_bmuf train.epochs=2
 
-Every worker trains its own replica on its contiguous 1/n of the training stream (D^k).
+Every worker trains its own replica on its 1/n of the training stream (D^k): a contiguous part of
+the text, or with ``data.shard_layout=interleaved`` every n-th of n x ``train.streams`` streams.
 ``sync.enabled=false`` gives the plain DDP baseline (gradient all-reduce every step), whose
 bytes are counted by a DDP comm hook with the same ring accounting as the synchronizer.
 Writes ``results.json`` (perplexities, traffic, time, the sync settings, per-epoch history
@@ -25,7 +26,7 @@ from typing import Any, Optional
 import torch
 
 from ..sync.config import ConfigError
-from ..data.lm import Vocabulary, batchify, bptt_windows, read_lines, rest_of_stream, shard
+from ..data.lm import SHARD_LAYOUTS, Vocabulary, batchify, bptt_windows, read_lines, rest_of_stream, worker_streams
 from ..models.lstm_lm import LSTMPLanguageModel, frequency_cutoffs
 from ..train import loop
 from ..train.config import RunConf, load_structured
@@ -39,6 +40,7 @@ class DataConf:
     valid: str = "wiki.valid.tokens"
     test: str = "wiki.test.tokens"
     vocab: str = "vocab.txt"
+    shard_layout: str = "contiguous"  # how the training text is dealt out to workers: contiguous | interleaved
 
 
 @dataclass
@@ -75,7 +77,10 @@ class LMConf:
 
 def load_conf(paths: list[str], overrides: list[str]) -> LMConf:
     """YAML files (merged in order) + dotlist overrides; errors name the file and the key."""
-    return load_structured(LMConf, paths, overrides)
+    conf = load_structured(LMConf, paths, overrides)
+    if conf.data.shard_layout not in SHARD_LAYOUTS:
+        raise ConfigError(f"data.shard_layout={conf.data.shard_layout!r}: expected one of {', '.join(SHARD_LAYOUTS)}")
+    return conf
 
 
 def build_model(conf: LMConf, vocab: Vocabulary) -> LSTMPLanguageModel:
@@ -119,12 +124,13 @@ class LMTask(loop.Task):
         self.scheduler = torch.optim.lr_scheduler.ExponentialLR(self.optimizer, conf.train.lr_decay)
         self.ids = self.vocab.encode(read_lines(data_dir / conf.data.train))
         self.rank, self.world, self.streams, self.bptt = rank, world, conf.train.streams, conf.train.bptt
+        self.layout = conf.data.shard_layout
         self.windows = self.windows_of(self.ids)  # the same every epoch
         self.valid = batchify(self.vocab.encode(read_lines(data_dir / conf.data.valid)), conf.train.streams)
 
     def windows_of(self, ids: torch.Tensor) -> list:
         """This rank's BPTT windows of a token stream: its 1/n (D^k), as ``streams`` parallel streams."""
-        return list(bptt_windows(batchify(shard(ids, self.rank, self.world), self.streams), self.bptt))
+        return list(bptt_windows(worker_streams(ids, self.rank, self.world, self.streams, self.layout), self.bptt))
 
     def describe(self) -> str:
         return f"vocab {len(self.vocab)}, cutoffs {self.model.softmax.cutoffs[:-1]}"
@@ -137,7 +143,7 @@ class LMTask(loop.Task):
         sharded over this world; the LSTM state starts at zero."""
         rest = self.ids
         for world, done in segments:
-            rest = rest_of_stream(rest, world, self.streams, done * self.bptt)
+            rest = rest_of_stream(rest, world, self.streams, done * self.bptt, self.layout)
         return self.windows_of(rest)
 
     def begin_epoch(self, epoch: int, saved: dict) -> None:

@@ -135,14 +135,36 @@ def batchify(ids: torch.Tensor, streams: int) -> torch.Tensor:
     return ids[:streams * length].view(streams, length)
 
 
-def rest_of_stream(ids: torch.Tensor, world_size: int, streams: int, columns: int) -> torch.Tensor:
+#: how the training text is dealt out to the workers (``data.shard_layout``; see ``worker_streams``)
+SHARD_LAYOUTS = ("contiguous", "interleaved")
+
+
+def worker_streams(ids: torch.Tensor, rank: int, world_size: int, streams: int,
+                   layout: str = "contiguous") -> torch.Tensor:
+    """Worker ``rank``'s (streams, L) matrix of parallel token streams, its D^k of Algorithm 1.
+
+    ``contiguous``: its contiguous 1/n of the text cut into ``streams`` streams, so a worker reads one
+    part of the corpus (on a corpus of a few books, one or two books). ``interleaved``: the text cut
+    into n x ``streams`` streams and worker k given streams k, k + n, k + 2n, ...: every worker reads
+    every part of the corpus, as torch's DistributedSampler deals samples out. Both give every worker
+    streams of the same length L = len // (n x streams); DDP's step (the union of the workers'
+    windows) sees the same text either way, up to the tail tokens a contiguous shard drops."""
+    if layout == "contiguous":
+        return batchify(shard(ids, rank, world_size), streams)
+    if layout == "interleaved":
+        return batchify(ids, world_size * streams)[rank::world_size]
+    raise ValueError(f"shard layout {layout!r}: expected one of {', '.join(SHARD_LAYOUTS)}")
+
+
+def rest_of_stream(ids: torch.Tensor, world_size: int, streams: int, columns: int,
+                   layout: str = "contiguous") -> torch.Tensor:
     """The tokens of ``ids`` that ``world_size`` workers have not fed as inputs yet, once each has run
-    over the first ``columns`` columns of its (streams, L) matrix (``shard`` -> ``batchify`` ->
+    over the first ``columns`` columns of its (streams, L) matrix (``worker_streams`` ->
     ``bptt_windows``: ``columns`` = batches x bptt): old rank 0's stream 0 from that column on, its
-    stream 1, ..., then rank 1's, in that order. Sharding the result over m workers continues the
+    stream 1, ..., then rank 1's, in that order. Dealing the result out to m workers continues the
     epoch on m workers (elastic resume) with no token fed twice; what is lost is the tails
     ``shard``/``batchify`` drop (fewer than m + m x streams tokens)."""
-    rows = [batchify(shard(ids, k, world_size), streams)[:, columns:] for k in range(world_size)]
+    rows = [worker_streams(ids, k, world_size, streams, layout)[:, columns:] for k in range(world_size)]
     return torch.cat([r.reshape(-1) for r in rows])
 
 
