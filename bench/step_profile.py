@@ -3,6 +3,7 @@
     .venv/bin/python bench/step_profile.py [--workers 4] [--steps 256] [--workload synthetic:10M | lm]
         [--settings no-comm "gossip_bmuf-(16,128)" ...] [--ddp-wrapper auto|always|both]
         [--json bench/results/step_profile.json] [--plot docs/img/step_profile.png] [--report JSON]
+        [--profile DIR]
 
 Spawns real gloo workers on this machine (localhost, no link shaping: what remains is the CPU cost of
 communicating) on a workload of ``bench/cluster_bench.py`` (``synthetic:SIZE``: an embedding table
@@ -19,10 +20,16 @@ gloo work threads and an overlapped sync's included) and the training thread's w
 phase (``sync cpu ms``). CPU time, unlike wall time, does not grow when other processes share the
 cores, so ``cpu vs no-comm`` (no-comm's CPU per step over the setting's) is the speed a setting would
 keep, on a core per worker with the network hidden, if it were bound by its own compute alone.
+
+``--profile DIR`` also runs cProfile (timer: the training thread's CPU time, ``time.thread_time``) over the
+sync phase of every timed step and writes one pstats file per setting and rank,
+``DIR/<setting>[-ddp]-rank<k>.pstats`` (read them with ``python -m pstats`` or :mod:`pstats`; the profiler's
+own overhead inflates the Python share, so take the CPU ms/step of a run without it as the measure).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import statistics
@@ -63,13 +70,18 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
     spent = {p: 0.0 for p in PHASES}
     syncs = []
     sync_cpu = [0.0]
+    prof = cProfile.Profile(time.thread_time) if job.get("profile") else None
 
     def step(record: bool) -> None:
         t, c = [time.perf_counter()], [time.thread_time()]
 
         def mark(phase: str = "") -> None:
+            if prof is not None and record and phase == "sync":
+                prof.disable()
             t.append(time.perf_counter())
             c.append(time.thread_time())
+            if prof is not None and record and phase == "optimizer":  # the sync phase follows
+                prof.enable()
 
         loss = wl.loss(run.model, next(batches))
         mark()
@@ -88,6 +100,9 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
         step(True)
     mine, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     dist.barrier()
+    if prof is not None:
+        Path(job["profile"]).mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(Path(job["profile"]) / f"{_slug(job)}-rank{rank}.pstats"))
     row = {"seconds": mine, "wrapped": isinstance(run.model, torch.nn.parallel.DistributedDataParallel),
            "cpu_ms": 1e3 * cpu / job["steps"], "sync_cpu_ms": 1e3 * sync_cpu[0] / job["steps"],
            **{p: 1e3 * v / job["steps"] for p, v in spent.items()}, "longest_syncs_ms": sorted(1e3 * s for s in syncs)[-4:]}
@@ -97,6 +112,12 @@ def _worker(rank: int, world: int, port: int, job: dict, out: str) -> None:
         Path(out).write_text(json.dumps(gathered))
     run.close()
     shutdown()
+
+
+def _slug(job: dict) -> str:
+    """The file name stem of a job's profiles: the setting, ``-ddp`` when it is wrapped in DDP."""
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in job["setting"])
+    return name + ("-ddp" if job["ddp_wrapper"] else "")
 
 
 def measure(job: dict, workers: int) -> dict:
@@ -163,6 +184,8 @@ def main(argv=None) -> None:
     ap.add_argument("--json", default=str(ROOT / "bench/results/step_profile.json"))
     ap.add_argument("--plot", default=str(ROOT / "docs/img/step_profile.png"))
     ap.add_argument("--report", metavar="JSON", help="only print the table and plot from this script's JSON")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="cProfile the sync phase (thread CPU time): one pstats file per setting and rank in DIR")
     args = ap.parse_args(argv)
     if args.report:
         rows = json.loads(Path(args.report).read_text())["rows"]
@@ -182,7 +205,7 @@ def main(argv=None) -> None:
     for setting in args.settings:
         for wrap in ([None] if setting == NO_COMM else wraps):
             job = {"setting": setting, "ddp_wrapper": wrap, "workload": args.workload, "steps": args.steps,
-                   "warmup": args.warmup}
+                   "warmup": args.warmup, "profile": args.profile}
             rows.append(measure(job, args.workers))
             r = rows[-1]
             print(f"[step_profile] {setting} ({'DDP wrapper' if r['wrapped'] else 'bare model'}): "
@@ -194,7 +217,7 @@ def main(argv=None) -> None:
     Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "workers": args.workers,
                                            "workload": args.workload, "rows": rows}, indent=2))
     plot(rows, Path(args.plot))
-    print(f"[step_profile] wrote {args.json} and {args.plot}")
+    print(f"[step_profile] wrote {args.json} and {args.plot}" + (f"; profiles in {args.profile}" if args.profile else ""))
 
 
 if __name__ == "__main__":

@@ -139,25 +139,44 @@ def masked_mean(thetas: Sequence[torch.Tensor], sick: Sequence[bool]) -> torch.T
     return torch.stack(healthy).mean(0)
 
 
-def neighbour_mean_(own: torch.Tensor, received: Sequence[torch.Tensor], check: bool = True
-                    ) -> tuple[bool, list[int]]:
+def neighbour_mean_(own: torch.Tensor, received: Sequence[torch.Tensor], check: bool = True,
+                    out: Optional[torch.Tensor] = None) -> tuple[bool, list[int]]:
     """Algorithm 1 line 8 on the ring, in place in ``own``: theta_bar = (theta_k + sum_j theta_j) / (q + 1).
 
     With ``check`` a non-finite term is dropped (own copy or a received one) and the divisor is the
     number of finite terms. Returns (own copy was finite, indices of the dropped received copies).
     If no term is finite, ``own`` is left as it was (the caller decides: :class:`NonFiniteError`).
+    With ``out`` (a tensor like ``own``) the mean lands there and ``own`` is only read: the sum is formed
+    straight into ``out`` (the same additions in the same order as in place), and with ``check`` one finite
+    test of that sum stands for the test of every term (a non-finite term makes the sum non-finite; only a
+    sum that is not finite tests the terms one by one and forms it again without the dropped ones).
     """
+    if out is not None and check and received:
+        torch.add(own, received[0], out=out)
+        for r in received[1:]:
+            out.add_(r)
+        if finite(out):  # every term is finite: nothing dropped
+            out.div_(len(received) + 1)
+            return True, []
     own_ok = not check or all_finite(own)
     dropped = [i for i, r in enumerate(received) if check and not all_finite(r)]
     used = [r for i, r in enumerate(received) if i not in dropped]
     count = len(used) + int(own_ok)
+    bar = own if out is None else out
     if count == 0:
+        if out is not None:
+            out.copy_(own)
         return own_ok, dropped
     if not own_ok:
-        own.zero_()
+        bar.zero_()
+    elif out is not None and used:  # own + the first received copy, formed in out
+        torch.add(own, used[0], out=out)
+        used = used[1:]
+    elif out is not None:
+        out.copy_(own)
     for r in used:
-        own.add_(r)
-    own.div_(count)
+        bar.add_(r)
+    bar.div_(count)
     return own_ok, dropped
 
 

@@ -81,7 +81,7 @@ class Codec:
         One division, one rounding and one packing pass over the codes: the clamp to +-q_max and the NaN
         handling run only when a block is non-finite or its scale subnormal (a finite block's |x_i / s_j| is
         at most q_max (1 + 2^-8) < q_max + 1/2 with fp32 or bf16 scales, so its codes round into range)."""
-        codes, scale, _ = self._codes(x)
+        codes, scale, _, _ = self._codes(x)
         return self._pack(codes, scale, x.shape[1])
 
     def encode_decoded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,14 +89,21 @@ class Codec:
         it, taken from the codes before packing (c_i s_j, the same product decode forms; a zero may keep the sign
         of the value it rounded from) instead of unpacking them again: what a sender that applies its own message
         (error feedback, a public copy) needs."""
-        codes, scale, s = self._codes(x)
+        payload, decoded, _ = self.encode_decoded_finite(x)
+        return payload, decoded
+
+    def encode_decoded_finite(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """:meth:`encode_decoded` and whether every element of ``x`` was finite (read off the block maxima the
+        scales come from: a block holding an inf or a NaN has a non-finite one), at no extra pass."""
+        codes, scale, s, finite_x = self._codes(x)
         payload = self._pack(codes, scale, x.shape[1])
         rows, full = codes.shape
         codes.view(rows, -1, self.block).mul_(s.unsqueeze(-1))
-        return payload, codes[:, :x.shape[1]]
+        return payload, codes[:, :x.shape[1]], finite_x
 
-    def _codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The codes c (rows, nb B) fp32, zero past L, the scales in the scale dtype and as fp32 (rows, nb)."""
+    def _codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+        """The codes c (rows, nb B) fp32, zero past L, the scales in the scale dtype and as fp32 (rows, nb), and
+        whether x was finite."""
         rows, length = x.shape
         nb = self.scale_count(length)
         full = nb * self.block
@@ -104,14 +111,15 @@ class Codec:
         absmax = torch.maximum(blocks.amax(-1), blocks.amin(-1).neg_())  # NaN where a block holds one
         scale = (absmax / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
         s = scale.float()
-        in_range = bool(torch.isfinite(absmax).all()) and not bool(((s > 0) & (s < _TINY)).any())
+        finite_x = bool(torch.isfinite(absmax).all())
+        in_range = finite_x and not bool(((s > 0) & (s < _TINY)).any())
         # s = 0 (an all-zero block) or NaN divides by inf: code 0, as every element of a NaN block
         codes = blocks / torch.where(s > 0, s, torch.inf).unsqueeze(-1)
         if in_range:
             codes.round_()
         else:
             codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax)
-        return codes.view(rows, full), scale, s
+        return codes.view(rows, full), scale, s, finite_x
 
     def _pack(self, codes: torch.Tensor, scale: torch.Tensor, length: int) -> torch.Tensor:
         """The payload of the codes of L elements and their scales: codes (int8: a byte each, int4: two per byte)
@@ -201,9 +209,14 @@ def apply_to_copy_(codec: Codec, copy: torch.Tensor, payload: torch.Tensor) -> t
 
 
 def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torch.Tensor:
-    """The sender's side of an edge: returns Q(theta - hat) and applies it to its copy hat (1-D, in place)."""
-    _restart_nonfinite_(copy)
-    payload, sent = codec.encode_decoded((theta - copy).unsqueeze(0))
+    """The sender's side of an edge: returns Q(theta - hat) and applies it to its copy hat (1-D, in place).
+    A non-finite hat restarts at 0 first (:func:`_restart_nonfinite_`); a finite difference theta - hat proves
+    hat finite (an inf or NaN in hat would be one in the difference), so its own test runs only when the
+    difference is not finite, and the message is coded again after a restart."""
+    payload, sent, finite_diff = codec.encode_decoded_finite((theta - copy).unsqueeze(0))
+    if not finite_diff and not finite(copy):
+        copy.nan_to_num_(0.0, 0.0, 0.0)
+        payload, sent = codec.encode_decoded((theta - copy).unsqueeze(0))
     copy.add_(sent[0])  # = apply_to_copy_(codec, copy, payload), without unpacking the payload again
     return payload
 

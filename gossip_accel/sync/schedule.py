@@ -63,6 +63,16 @@ def event_at(t: int, period: int, warmup_steps: int, warmup_period: int, offset:
     return None
 
 
+def quiet_until(t: int, period: int, warmup_steps: int, warmup_period: int, offset: int = 0,
+                warmup_kind: str = "average") -> int:
+    """A step t' >= t such that :func:`event_at` is None on every step of [t, t'): after the warm-up, the next
+    step with (t' - W + o_i) mod H_i == 0; during the warm-up and in the ``ramp`` schedule t itself (no promise).
+    Lets a caller skip the per-component test on the steps where nothing can be due."""
+    if t <= warmup_steps or warmup_kind == "ramp":
+        return t
+    return t + (-(t - warmup_steps + offset)) % period
+
+
 def stagger_offsets(periods: Sequence[int], stagger: bool) -> list[int]:
     """o_i of every component (in component order): o_k = floor(k H / K) for the k-th of the K components
     of period H with ``stagger`` (``sync.stagger``), else 0."""

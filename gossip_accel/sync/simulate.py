@@ -31,7 +31,7 @@ from .components import split_buffers, split_components
 from .config import ALGORITHMS, ConfigError, check_group_size, load_sync_config, validate_for_world
 from .health import neighbour_mean_
 from .inner_state import AVERAGING_EVENTS, as_component, reset_, state_slices
-from .overlap import merge_
+from .overlap import merge_, merge_into_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
 from .quantize import codec_of, coded_state, ring_receive, ring_send, simulated_coded_mean
 from .schedule import event_at, needs_gradient_allreduce, stagger_offsets
@@ -123,13 +123,13 @@ class SimulatedCluster:
             payloads = self._ring_send(thetas, ci, round_)
         out = []
         for k in range(self.n):
-            bar = thetas[k].clone()
+            bar = torch.empty_like(thetas[k])  # <- the mean of thetas[k] (only read: an overlapped sync's snapshot)
             received = (ring_receive(self.codec, self.coded[k][name], plan.recv_from[k],
                                      [payloads[j, k] for j in plan.recv_from[k]], bar.numel(), self.cfg.quant_ring)
                         if self.coded else
                         [wire_round(thetas[j], self.wire) if is_low(self.wire) else thetas[j] for j in plan.recv_from[k]])
             dropped, source = neighbour_mean(self.cfg.nonfinite, k, self.t, name, bar, received, plan.recv_from[k],
-                                             slots_bad[k])
+                                             slots_bad[k], own=thetas[k])
             self.nonfinite_dropped[k] += dropped
             if source is not None:
                 self._record(k, self.comps[k][ci], source)
@@ -230,10 +230,12 @@ class SimulatedCluster:
             new = new_local_model(kind, bar, self.slots[k].get(name), self.block_momentum, cfg.block_lr, cfg.nesterov)
             if self._coded_follows:  # int8/int4: the new model is the next block's reference
                 self.coded[k][name]["ref"].copy_(new)
-            if overlapped:
-                new = merge_(self.comps[k][ci].gather().clone(), thetas[k], new, cfg.overlap_merge, cfg.overlap_mix,
-                             reset)
-            self.comps[k][ci].scatter(new)
+            comp = self.comps[k][ci]
+            if not overlapped:
+                comp.scatter(new)
+            elif not merge_into_([p.view for p in comp.pieces], thetas[k], new, cfg.overlap_merge, cfg.overlap_mix,
+                                 reset):
+                comp.scatter(merge_(comp.gather().clone(), thetas[k], new, cfg.overlap_merge, cfg.overlap_mix, reset))
 
     def _apply_inflight(self, t: Optional[int]) -> None:
         """The overlapped syncs due at step t (all when t is None: before the final average), in post order."""

@@ -39,7 +39,7 @@ from .elastic import MERGED_FROM, continues_as
 from .engines import EngineContext, engine_class
 from .inner_state import InnerState
 from .precision import wire_dtype
-from .schedule import event_at, stagger_offsets
+from .schedule import event_at, quiet_until, stagger_offsets
 from .topology import RingTopology, make_topology
 from .warmup import GradientWarmup, restart_slots
 from .wire import check_wire, wire_of
@@ -104,6 +104,7 @@ class Synchronizer:
                 self.model.named_buffers(), min(c.period for c in self.components)
             )
         self.finalized = False
+        self._quiet = (0, 0)  # [a, b): steps on which no component and no buffer has an event (step() skips the test)
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size(process_group) if distributed else 1
         self.rank = dist.get_rank(process_group) if distributed else 0
@@ -165,21 +166,32 @@ class Synchronizer:
         if not self.active:
             return
         self._refuse_without_optimizer()
+        t = self.t
+        due, buffers_due = ([], False) if self._quiet[0] <= t < self._quiet[1] else self._events(t)
+        self.engine.step(t, due, buffers_due)
+        if self.inner_state is not None:
+            self.inner_state.after_sync(due)
+
+    def _events(self, t: int) -> tuple[list, bool]:
+        """(the due components and their events, are the buffers due?) at step t (line 6 of Algorithm 1 per
+        component); a ``restart`` event restarts the slots here. A step without any event also records the
+        steps after it on which none can come (``schedule.quiet_until``), which :meth:`step` then skips."""
         cfg = self.cfg
-        due = []
+        due, events = [], 0
         for comp in self.components:
-            ev = event_at(self.t, comp.period, cfg.warmup_steps, cfg.warmup_period, comp.offset, cfg.warmup_kind)
+            ev = event_at(t, comp.period, cfg.warmup_steps, cfg.warmup_period, comp.offset, cfg.warmup_kind)
+            events += ev is not None
             if ev is not None and ev.kind == "restart":  # the end of a gradient warm-up: nothing to exchange
                 if self.ctx.carries(comp):
                     restart_slots(comp, self.slots.get(comp.name))
             elif ev is not None:
                 due.append((comp, ev))
-        buffers_due = (self.buffers is not None and self.engine.syncs_buffers_in_step
-                       and event_at(self.t, self.buffers.period, cfg.warmup_steps, cfg.warmup_period,
-                                    warmup_kind=cfg.warmup_kind) is not None)
-        self.engine.step(self.t, due, buffers_due)
-        if self.inner_state is not None:
-            self.inner_state.after_sync(due)
+        buffers_event = self.buffers is not None and event_at(t, self.buffers.period, cfg.warmup_steps,
+                                                              cfg.warmup_period, warmup_kind=cfg.warmup_kind) is not None
+        if not events and not buffers_event:
+            self._quiet = (t, min(quiet_until(t + 1, c.period, cfg.warmup_steps, cfg.warmup_period, c.offset,
+                                              cfg.warmup_kind) for c in self._all_components()))
+        return due, buffers_event and self.engine.syncs_buffers_in_step
 
     def _refuse_without_optimizer(self) -> None:
         """sync.warmup_kind=gradients (without a DDP hook) and sync.inner_state need the inner optimizer."""

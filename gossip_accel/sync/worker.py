@@ -48,14 +48,17 @@ def record_reset(events: list, on_reset: Optional[Callable[[list[str]], None]], 
 
 
 def neighbour_mean(policy: str, rank: int, step: int, name: str, bar: torch.Tensor,
-                   received: Sequence[torch.Tensor], recv_from: Sequence[int], slots_bad: bool
-                   ) -> tuple[int, Optional[str]]:
+                   received: Sequence[torch.Tensor], recv_from: Sequence[int], slots_bad: bool,
+                   own: Optional[torch.Tensor] = None) -> tuple[int, Optional[str]]:
     """``bar`` (this worker's theta) <- its mean with the ``received`` copies (Algorithm 1 line 8 on the
     ring; :func:`health.neighbour_mean_` drops non-finite terms unless ``policy`` is ``ignore``).
+    With ``own`` (an overlapped sync's snapshot theta_t) ``bar`` is only the buffer the mean of ``own`` and
+    the copies lands in (no copy of ``own`` into it first).
     Returns (copies dropped, reset source): a source means the worker restarts its slots from ``bar``
     (rule ``warmup_end``); :func:`health.ring_decision` raises per the policy."""
     check = policy != "ignore"
-    own_ok, dropped = health.neighbour_mean_(bar, received, check)
+    own_ok, dropped = (health.neighbour_mean_(bar, received, check) if own is None
+                       else health.neighbour_mean_(own, received, check, out=bar))
     source = health.ring_decision(policy, rank, step, name, own_ok, check and slots_bad, dropped, recv_from)
     return len(dropped), source
 

@@ -116,10 +116,10 @@ class OverlapQueue:
         work, snap = self.work[comp.name], self.snapshot[comp.name]
         if not self.ring or f.event.kind != "sync":
             return work, ctx.masked_result(comp, work, f.event.kind, f.sick, f.healthy), f.sick
-        bar = work.copy_(snap)
         received = f.received if ctx.coded is None else ctx.coded.ring_received(comp, f.recv_from, f.received)
+        bar = work  # <- the mean of the snapshot and the received copies
         dropped, source = neighbour_mean(ctx.cfg.nonfinite, ctx.rank, ctx.t, comp.name, bar, received, f.recv_from,
-                                         health.slots_sick(ctx.slots.get(comp.name)))
+                                         health.slots_sick(ctx.slots.get(comp.name)), own=snap)
         ctx.metrics.nonfinite_dropped += dropped
         if source is not None:
             ctx.record_reset(comp, source)

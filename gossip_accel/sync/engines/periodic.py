@@ -20,7 +20,7 @@ from ..algorithms import new_local_model
 from ..comm import Exchange
 from ..components import Component
 from ..config import ConfigError
-from ..overlap import merge_
+from ..overlap import merge_, merge_into_
 from ..precision import is_low
 from ..quantize import codec_of
 from ..schedule import event_at
@@ -57,6 +57,7 @@ class PeriodicEngine(Engine):
                                       full=not self.gossip or ctx.cfg.warmup_steps > 0)
         tau = ctx.cfg.overlap_steps
         self.overlap = OverlapQueue(ctx, self.recv, self.send, self.gossip) if tau > 0 else None
+        self.applied: dict[int, list[Component]] = {}  # overlap: step t + tau -> the components whose sync came at t
 
     def step(self, t: int, due: Due, buffers_due: bool) -> None:
         """Lines 6-17 for the due components this rank carries, then the buffers."""
@@ -64,7 +65,9 @@ class PeriodicEngine(Engine):
         later = self.overlap is not None  # sync.overlap_steps: sync events are posted now, applied at t + tau
         for f in self.overlap.due(t) if later else []:
             self._apply_inflight(f)
-        shared = [c for c, e in due if not (later and e.kind == "sync")] + (self._applied_now(t) if later else [])
+        shared = [c for c, e in due if not (later and e.kind == "sync")] + (self._applied_now(t, due) if later else [])
+        if not due and not shared and not buffers_due:  # nothing due, applied or shared at this step
+            return
         due = [(c, e) for c, e in due if ctx.carries(c)]
         ring = [(c, e) for c, e in due if self.gossip and e.kind == "sync"]
         full = [(c, e) for c, e in due if not (self.gossip and e.kind == "sync")]
@@ -103,9 +106,14 @@ class PeriodicEngine(Engine):
         if self.ctx.coded is not None:
             self.ctx.coded.load_state_dict(state["coded"])
 
-    def _applied_now(self, t: int) -> list[Component]:
-        """Every component (carried or not) whose sync posted at t - tau is applied at t: the ones to share."""
+    def _applied_now(self, t: int, due: Due) -> list[Component]:
+        """Every component (carried or not) whose sync posted at t - tau is applied at t: the ones to share.
+        Remembered from the events of step t - tau (``due``: every component's, carried or not), else (the
+        first tau steps after a resume) read from the schedule."""
         ctx, tau = self.ctx, self.ctx.cfg.overlap_steps
+        self.applied[t + tau] = [c for c, e in due if e.kind == "sync"]
+        if t in self.applied:
+            return self.applied.pop(t)
         return [c for c in ctx.components if t > tau and (ev := event_at(t - tau, c.period, ctx.cfg.warmup_steps,
                                                                           ctx.cfg.warmup_period, c.offset,
                                                                           ctx.cfg.warmup_kind))
@@ -161,7 +169,9 @@ class PeriodicEngine(Engine):
         new = new if new.device == comp.flat.device else out.copy_(new)
         if ctx.coded is not None:
             ctx.coded.after_rule(comp, new)
-        if snapshot is not None:
-            new = merge_(comp.gather(), snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset)
-        comp.scatter(new)
+        if snapshot is None:
+            comp.scatter(new)
+        elif not merge_into_([p.view for p in comp.pieces], snapshot, new, ctx.cfg.overlap_merge,
+                             ctx.cfg.overlap_mix, reset):
+            comp.scatter(merge_(comp.gather(), snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset))
 
