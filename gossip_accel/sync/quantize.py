@@ -178,11 +178,13 @@ def _padded(x: torch.Tensor, full: int) -> torch.Tensor:
     return out
 
 
-def _restart_nonfinite_(t: torch.Tensor) -> None:
+def _restart_nonfinite_(t: torch.Tensor) -> bool:
     """Non-finite entries of a residual or public copy restart at 0 (in place; a finite tensor, the usual
-    case, is only read once, by :func:`~gossip_accel.sync.health.finite`)."""
-    if not finite(t):
-        t.nan_to_num_(0.0, 0.0, 0.0)
+    case, is only read once, by :func:`~gossip_accel.sync.health.finite`); returns whether any did."""
+    if finite(t):
+        return False
+    t.nan_to_num_(0.0, 0.0, 0.0)
+    return True
 
 
 def codec_of(cfg) -> Optional[Codec]:
@@ -214,8 +216,7 @@ def send_to_copy_(codec: Codec, theta: torch.Tensor, copy: torch.Tensor) -> torc
     hat finite (an inf or NaN in hat would be one in the difference), so its own test runs only when the
     difference is not finite, and the message is coded again after a restart."""
     payload, sent, finite_diff = codec.encode_decoded_finite((theta - copy).unsqueeze(0))
-    if not finite_diff and not finite(copy):
-        copy.nan_to_num_(0.0, 0.0, 0.0)
+    if not finite_diff and _restart_nonfinite_(copy):
         payload, sent = codec.encode_decoded((theta - copy).unsqueeze(0))
     copy.add_(sent[0])  # = apply_to_copy_(codec, copy, payload), without unpacking the payload again
     return payload
