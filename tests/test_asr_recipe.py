@@ -252,6 +252,21 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     assert any(f"| test | greedy | avg_best2: epochs {epochs} |" in line for line in table)
     assert any(f"| test | word (beam 200) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
     assert "\n".join(table) in first.stdout
+    # --word-list: the lexicon widened by a dictionary, in its own LM dir, decoded beside the plain lexicon;
+    # the table at a glance takes it
+    (recipe / "dict.txt").write_text("".join(f"{w.lower()}\n" for w in ("zebra", "deal", "moss", "hello")))
+    stages(recipe, "--stage", "5", "--stop-stage", "7", "--avg", "2", "--decode-methods", "beam_word",
+           "--word-lm-order", "2", "--word-list", str(recipe / "dict.txt"))
+    widened = recipe / "data" / "word_lm2_lang_char_dict.txt"
+    winfo = json.loads((widened / "info.json").read_text())
+    assert winfo["word_list"] == str(recipe / "dict.txt") and winfo["word_list_added"] == 2   # DEAL, MOSS (Z: no unit)
+    assert winfo["lexicon_words"] == info["lexicon_words"] + winfo["word_list_added"]
+    wide = json.loads((exp / "decode_test_beam_word_dict.txt_avg_best2" / "summary.json").read_text())
+    assert wide["word_lm"] == "data/word_lm2_lang_char_dict.txt" and wide["word_list"] == str(recipe / "dict.txt")
+    assert (exp / "decode_test_beam_word_avg_best2" / "summary.json").is_file()       # the plain decode is kept
+    table = (recipe / "exp" / "RESULTS.md").read_text()
+    assert "At a glance: word (beam 200) + word LM + dict.txt decoding" in table
+    assert "| test | word (beam 200) + word LM |" in table and "| test | word (beam 200) + word LM + dict.txt |" in table
     cmvn = recipe / "data" / "train" / "cmvn.ark"
     cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns
 

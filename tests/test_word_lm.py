@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gossip_accel.asr.word_lm import WordDecoder, build_word_lm, oov_rate, spelling
+from gossip_accel.asr.word_lm import WordDecoder, build_word_lm, oov_rate, read_word_list, spelling
 from gossip_accel.data.units import train_units
 
 LM_TEXT = ["THE CAT SAT", "THE CAT SAT ON THE MAT", "THE DOG SAT", "A CAT SAT", "THEY SET THE TABLE",
@@ -111,3 +111,47 @@ def test_decoder_names_a_missing_or_mismatched_word_lm(lang, word_lm, tmp_path):
     (bad / "lm.arpa").write_text((out / "lm.arpa").read_text())
     with pytest.raises(ValueError, match="does not load with the units"):
         WordDecoder(bad, lang)
+
+
+def unigram_log10(arpa: Path, word: str) -> float:
+    unigrams = arpa.read_text().split("\\1-grams:")[1].split("\\2-grams:")[0]
+    return next(float(line.split("\t")[0]) for line in unigrams.strip().splitlines() if line.split("\t")[1] == word)
+
+
+def test_word_list_widens_the_lexicon_and_its_words_share_the_unseen_mass(lang, word_lm, tmp_path):
+    (tmp_path / "words").write_text("# a dictionary\ncot\nCot\nrat's\ncaf\u00e9\nmat\nthe\nx-ray\n\n")
+    words = read_word_list(tmp_path / "words")
+    assert words == ["COT", "RAT'S", "MAT", "THE"]          # upper-cased, once, letters and apostrophes only
+    out = tmp_path / "lm"
+    info = build_word_lm(LM_TEXT, lang, out, order=3, word_list=words, word_list_source="words", binary=False)
+    lexicon = [line.split()[0] for line in (out / "lexicon.txt").read_text().splitlines()]
+    assert "COT" in lexicon and "MAT" not in lexicon and lexicon.count("THE") == 1   # M is no unit; THE is the LM's
+    assert "RAT'S" not in lexicon                             # the apostrophe is no unit of these character units
+    assert info["word_list_added"] == 1 and info["lexicon_words"] == 9 + 1 and info["word_list"] == "words"
+    # lmplz shares the unseen unigram mass among the padded vocabulary: <unk> scores below an LM-only run's
+    plain = unigram_log10(word_lm[0] / "lm.arpa", "<unk>")
+    assert unigram_log10(out / "lm.arpa", "<unk>") < plain
+    # a list word comes out where the acoustics spell it; without the list the lexicon forces an LM word
+    frames = [{c: 0.9} for c in "\u2581THE\u2581C"] + [{"O": 0.9, "A": 0.05}, {"T": 0.9}]
+    lp = emissions(lang, frames)
+    n = torch.tensor([lp.shape[1]])
+    assert WordDecoder(word_lm[0], lang, beam=20, lm_weight=0.5)(lp, n) == ["THE CAT"]
+    assert WordDecoder(out, lang, beam=20, lm_weight=0.5)(lp, n) == ["THE COT"]
+
+
+def test_word_list_bad_input_is_one_line_naming_the_file(lang, tmp_path):
+    (tmp_path / "lm.txt").write_text("\n".join(LM_TEXT) + "\n")
+
+    def cli(words):
+        return subprocess.run([sys.executable, "-m", "gossip_accel.bin.make_word_lm", "--lang-dir", str(lang.path.parent),
+                               "--out", str(tmp_path / "lm"), "--plain-text", str(tmp_path / "lm.txt"), "--order", "2",
+                               "--word-list", str(words)], capture_output=True, text=True)
+    missing = cli(tmp_path / "nope")
+    assert missing.returncode != 0 and missing.stderr.strip().startswith(f"make_word_lm: {tmp_path / 'nope'} not found")
+    (tmp_path / "digits").write_text("123\n4-5\n")
+    bad = cli(tmp_path / "digits")
+    assert bad.returncode != 0 and f"{tmp_path / 'digits'}: no words" in bad.stderr and "Traceback" not in bad.stderr
+    (tmp_path / "words").write_text("cot\n")
+    ok = cli(tmp_path / "words")
+    assert ok.returncode == 0, ok.stderr
+    assert f"1 of them from {tmp_path / 'words'}" in ok.stdout

@@ -2,22 +2,27 @@
 # The Debian packages the recipes and tests use beyond Python: flite (the mini corpora's voices),
 # espeak-ng (more voices and accents for the mini LibriSpeech: --mini-train-voices 'espeak-*'),
 # iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl), ffmpeg
-# (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads).
+# (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads), and one
+# file: wamerican-huge's word list (the mini LibriSpeech's lexicon words beyond its small LM text).
 #
-#   utils/install_system_deps.sh            # every command below (utils/run_tests.sh: the tests need all)
-#   utils/install_system_deps.sh flite      # only these commands (a recipe's local/data.sh: its mini corpus)
+#   utils/install_system_deps.sh            # every command and file below (utils/run_tests.sh: the tests need all)
+#   utils/install_system_deps.sh flite      # only these commands or files (a recipe's local/data.sh: its mini corpus)
 #
 # Installs the packages of the missing commands when run as root (apt-get, without recommends);
 # otherwise says what to install and fails (no test is skipped for want of a package). A no-op when
 # all are there.
 set -euo pipefail
-declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg)
+declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg
+                 [/usr/share/dict/american-english-huge]=wamerican-huge)
 cmds=("$@")
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()
 for cmd in "${cmds[@]}"; do
-  [ -n "${need[$cmd]+x}" ] || { echo "install_system_deps: unknown command '$cmd' (known: ${!need[*]})" >&2; exit 1; }
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+  [ -n "${need[$cmd]+x}" ] || { echo "install_system_deps: unknown command or file '$cmd' (known: ${!need[*]})" >&2; exit 1; }
+  case $cmd in
+    /*) [ -f "$cmd" ] || missing+=("${need[$cmd]}") ;;
+    *) command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}") ;;
+  esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')

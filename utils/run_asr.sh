@@ -8,6 +8,7 @@
 #     on --lm-text (one sentence per line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without
 #     it, the training transcripts; for beam_word a word n-gram of the same text (--word-lm-order N;
 #     KenLM's lmplz, built by utils/install_kenlm.sh when missing) with a lexicon spelled in the units
+#     (its words, and --word-list's: a dictionary, one word per line, its words scored as unseen by the n-gram)
 #   6 decode every test set (--decode-methods: greedy, beam, beam_lm, beam_word) with the average of each run's
 #     --avg N epoch models (--avg-mode best: the N lowest CV losses; last: the last N; each epoch's
 #     model is the replicas' global average) -> <run>/decode_<set>_<method>_avg_<mode><N>;
@@ -58,6 +59,8 @@ word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding
 word_beam=200            # beam_word: the beam; the LM weights and scores per word tried on the dev set
 word_lm_weights="1 2 3"  # (the pair of lowest dev WER decodes the test sets, as Kaldi's scoring picks its
 word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>.json keeps every pair's dev WER)
+word_list=""             # a dictionary (one word per line) whose words join beam_word's lexicon as words the
+                         # n-gram has not seen (make_word_lm --word-list); its LM dir is word_lm<N>_<lang>_<list name>
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
 avg=5                    # stage 6 decodes the average of N epoch models of each run; 0: its final model
 avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
@@ -191,7 +194,7 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && [[ "
   fi
 fi
 case $word_lm_order in ''|*[!0-9]*) die "--word-lm-order $word_lm_order: an n-gram order (0: no word LM)" ;; esac
-word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")
+word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")${word_list:+_$(basename "$word_list")}
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
    && ! skip_built 5; then
   if [ -f "$word_lm_dir/.done" ]; then
@@ -200,9 +203,11 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] &
     command -v lmplz >/dev/null 2>&1 || PATH="$("$utils_dir/install_kenlm.sh"):$PATH" \
       || die "Stage 5: KenLM's lmplz is needed for the word LM (above); --word-lm-order 0 goes without it"
     if [ -n "$lm_text" ]; then src=(--plain-text "$lm_text"); else src=(--text "data/$train_set/text"); fi
+    [ -z "$word_list" ] || [ -f "$word_list" ] || "$utils_dir/install_system_deps.sh" "$word_list" \
+      || die "Stage 5: --word-list $word_list not found"
     log "Stage 5: word ${word_lm_order}-gram and lexicon of ${src[1]} -> $word_lm_dir"
     python -m gossip_accel.bin.make_word_lm --lang-dir "$lang" "${src[@]}" --out "$word_lm_dir" \
-      --order "$word_lm_order" --dev-text "data/$dev_set/text"
+      --order "$word_lm_order" --dev-text "data/$dev_set/text" ${word_list:+--word-list "$word_list"}
     touch "$word_lm_dir/.done"
   fi
 fi
@@ -225,6 +230,8 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
     for x in $test_sets; do
       for m in $decode_methods; do
         out=$dir/decode_${x}_$m$decode_suffix
+        # a lexicon widened by --word-list decodes beside the plain one
+        [ "$m" != beam_word ] || [ -z "$word_list" ] || out=$dir/decode_${x}_${m}_$(basename "$word_list")$decode_suffix
         if [ -f "$out/.done" ]; then log "Stage 6: $out done"; continue; fi
         [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
         case $m in

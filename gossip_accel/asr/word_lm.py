@@ -12,6 +12,13 @@ A word LM directory (made by gossip_accel.bin.make_word_lm) holds
   are left out (counted in ``info.json``);
 * ``info.json``: order, sizes, sources, the words left out.
 
+A word list (``--word-list``: a dictionary, one word per line, e.g. Debian's ``wamerican-huge``, as
+Kaldi's LibriSpeech lexicon adds CMUdict's words to the LM's) widens the lexicon beyond the LM text.
+Those words are not in the n-gram's counts; lmplz is told the full vocabulary size
+(``--vocab_pad``), so the probability mass its interpolated unigrams keep for unseen words is
+shared among them and each list word scores P(<unk> | h) = that mass / (number of unseen words)
+(backed off from the context h), which is what the decoder gives a lexicon word the LM lacks.
+
 The beam search keeps only unit sequences that spell lexicon words and ranks a hypothesis of
 words W = w_1..w_n by
 
@@ -88,12 +95,29 @@ def _run(cmd: Sequence[str], stdin, stdout, what: str) -> None:
                              f"{lines[-1].strip() if lines else 'no message'}")
 
 
+def read_word_list(path: Path) -> list[str]:
+    """The words of a dictionary file (one per line; ``#`` lines skipped), upper-cased as LibriSpeech's
+    text is, each once in file order; a word with anything but letters and apostrophes is left out."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (a word list: one word per line)")
+    seen: dict[str, None] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        w = line.strip().upper()
+        if w and not w.startswith("#") and w.replace("'", "").isalpha() and w.isascii():
+            seen.setdefault(w, None)
+    if not seen:
+        raise ValueError(f"{path}: no words (one word of letters and apostrophes per line)")
+    return list(seen)
+
+
 def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: int = 3,
-                  max_words: int = 0, memory: str = "20%", source: str = "", binary: bool = True) -> dict:
+                  max_words: int = 0, memory: str = "20%", source: str = "", binary: bool = True,
+                  word_list: Sequence[str] = (), word_list_source: str = "") -> dict:
     """Estimate an ``order``-gram on ``sentences`` with lmplz and write the word LM dir ``out``.
 
     ``max_words`` > 0 keeps the most frequent words only (the LM's others become ``<unk>``, as
-    LibriSpeech's 200k-word vocabulary); 0 keeps every word. Returns (and writes) ``info.json``.
+    LibriSpeech's 200k-word vocabulary); 0 keeps every word. ``word_list``: more lexicon words, each
+    scored as an unseen word (module docstring). Returns (and writes) ``info.json``.
     """
     if order < 1:
         raise ValueError(f"--order {order}: an n-gram order is at least 1")
@@ -101,8 +125,10 @@ def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: in
     if not counts:
         raise ValueError(f"{source or 'the LM text'}: no words to estimate a word LM on")
     vocab = [w for w, _ in counts.most_common(max_words or None) if w not in ("<s>", "</s>", UNK)]
+    in_lm = set(vocab)
+    extra = [w for w in word_list if w not in in_lm and w not in ("<S>", "</S>", UNK)]
     out.mkdir(parents=True, exist_ok=True)
-    left_out = write_lexicon(vocab, tok, out / "lexicon.txt")
+    left_out = write_lexicon(vocab + extra, tok, out / "lexicon.txt")
     lmplz = kenlm_tool("lmplz")
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "text"
@@ -111,6 +137,8 @@ def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: in
         if max_words:
             (Path(tmp) / "vocab").write_text("\n".join(vocab) + "\n", encoding="utf-8")
             cmd += ["--limit_vocab_file", Path(tmp) / "vocab"]
+        if extra:  # <unk>'s unigram = the unseen mass / the unseen words of the lexicon (+ <s>, </s>, <unk>)
+            cmd += ["--interpolate_unigrams", "1", "--vocab_pad", len(vocab) + len(extra) + 3]
         with open(text, "rb") as fin, open(out / "lm.arpa.tmp", "wb") as fout:
             _run(cmd, fin, fout, source or "the LM text")
     os.replace(out / "lm.arpa.tmp", out / "lm.arpa")
@@ -119,8 +147,9 @@ def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: in
         _run([kenlm_tool("build_binary"), out / "lm.arpa", out / "lm.bin"], subprocess.DEVNULL,
              subprocess.DEVNULL, str(out / "lm.arpa"))
     info = {"order": order, "source": source, "sentences": len(sentences), "running_words": sum(counts.values()),
-            "distinct_words": len(counts), "lexicon_words": len(vocab) - len(left_out),
+            "distinct_words": len(counts), "lexicon_words": len(vocab) + len(extra) - len(left_out),
             "left_out_words": len(left_out), "left_out_examples": left_out[:20], "max_words": max_words,
+            "word_list": word_list_source, "word_list_added": len(extra) - len(set(left_out) - in_lm),
             "units": str(tok.path), "lm": "lm.bin" if binary else "lm.arpa"}
     (out / "info.json").write_text(json.dumps(info, indent=2))
     return info

@@ -37,7 +37,8 @@ def decodes(run: Path) -> dict[Key, dict]:
     out = {}
     for summ in sorted(run.glob("decode_*/summary.json")):
         d = json.loads(summ.read_text())
-        lm = " + word LM" if d.get("word_lm") else " + LM" if d.get("lm") else ""
+        words = f" + {Path(d['word_list']).name}" if d.get("word_list") else ""  # the lexicon's dictionary
+        lm = f" + word LM{words}" if d.get("word_lm") else " + LM" if d.get("lm") else ""
         method = d["method"] + (f" (beam {d['beam']})" if d.get("beam") else "") + lm
         out[(Path(d["data"]).name, method, d.get("checkpoint", "final"))] = d
     return out
@@ -57,9 +58,10 @@ def _cer(summary: dict) -> str:
 
 
 def _strength(method: str) -> int:
-    """0 for the word LM's lexicon decoding, then the unit LM's, plain beam search, greedy."""
-    return (0 if method.endswith("+ word LM") else 1 if method.endswith("+ LM") else
-            2 if method.startswith("beam") else 3)
+    """0 for the word LM's lexicon decoding (1 without the --word-list words when it has them), then the unit
+    LM's, plain beam search, greedy."""
+    return (0 if "+ word LM +" in method else 1 if method.endswith("+ word LM") else 2 if method.endswith("+ LM") else
+            3 if method.startswith("beam") else 4)
 
 
 def glance_choice(all_decodes: list[dict[Key, dict]], checkpoint: str) -> tuple[str, str] | None:

@@ -106,6 +106,12 @@ def log_probs(model: torch.nn.Module, utts, cmvn, max_frames: int, desc: str):
             yield batch["utts"], logp, olens
 
 
+def word_list_of(word_lm: Path) -> str:
+    """The dictionary whose words widened the word LM dir's lexicon (make_word_lm --word-list), or ''."""
+    info = word_lm / "info.json"
+    return json.loads(info.read_text()).get("word_list", "") if info.is_file() else ""
+
+
 def tune_word_decoding(model, tok: Tokenizer, cmvn, tune_data: Path, word_lm: Path, beam: int,
                        grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
     """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
@@ -205,7 +211,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     stats = write_scoring_dir(out, refs, hyps)
     summary = {"data": str(data), "checkpoint": weights.stem, "model_file": str(weights), "method": args.method, "beam": args.beam if args.method != "greedy" else None,
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None,
-               **({"word_lm": args.word_lm_dir, "word_lm_weight": words.lm_weight, "word_score": words.word_score,
+               **({"word_lm": args.word_lm_dir, "word_list": word_list_of(Path(args.word_lm_dir)),
+                   "word_lm_weight": words.lm_weight, "word_score": words.word_score,
                    "tuned_on": tuning["tune_data"] if tuning else None} if words is not None else {}),
                **stats.as_dict(),
                "left_out_before_decoding": dropped}
