@@ -242,7 +242,7 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
             [ -f "$lm_dir/final.pt" ] || die "Stage 6: beam_lm needs the LM $lm_dir/final.pt (stage 5), or --decode-methods greedy"
             args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
           beam_word)
-            [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0)"
+            [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
             read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
             args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "${weights[@]}"
                   --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
