@@ -264,6 +264,10 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     wide = json.loads((exp / "decode_test_beam_word_dict.txt_avg_best2" / "summary.json").read_text())
     assert wide["word_lm"] == "data/word_lm2_lang_char_dict.txt" and wide["word_list"] == str(recipe / "dict.txt")
     assert (exp / "decode_test_beam_word_avg_best2" / "summary.json").is_file()       # the plain decode is kept
+    wtuning = json.loads((exp / "word_tuning_avg_best2_dict.txt.json").read_text())    # tuned apart from the plain one
+    assert wtuning["word_lm"] == "data/word_lm2_lang_char_dict.txt" and wtuning["chosen"] == [wide["word_lm_weight"],
+                                                                                            wide["word_score"]]
+    assert json.loads((exp / "word_tuning_avg_best2.json").read_text())["word_lm"] == "data/word_lm2_lang_char"
     table = (recipe / "exp" / "RESULTS.md").read_text()
     assert "At a glance: word (beam 200) + word LM + dict.txt decoding" in table
     assert "| test | word (beam 200) + word LM |" in table and "| test | word (beam 200) + word LM + dict.txt |" in table
