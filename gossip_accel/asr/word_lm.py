@@ -126,7 +126,7 @@ def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: in
         raise ValueError(f"{source or 'the LM text'}: no words to estimate a word LM on")
     vocab = [w for w, _ in counts.most_common(max_words or None) if w not in ("<s>", "</s>", UNK)]
     in_lm = set(vocab)
-    extra = [w for w in word_list if w not in in_lm and w not in ("<S>", "</S>", UNK)]
+    extra = [w for w in word_list if w not in in_lm and w not in ("<s>", "</s>", UNK)]
     out.mkdir(parents=True, exist_ok=True)
     left_out = write_lexicon(vocab + extra, tok, out / "lexicon.txt")
     lmplz = kenlm_tool("lmplz")
