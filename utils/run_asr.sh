@@ -194,7 +194,8 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && [[ "
   fi
 fi
 case $word_lm_order in ''|*[!0-9]*) die "--word-lm-order $word_lm_order: an n-gram order (0: no word LM)" ;; esac
-word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")${word_list:+_$(basename "$word_list")}
+lexicon_tag=${word_list:+_$(basename "$word_list")}   # a lexicon widened by --word-list: its LM and decode dirs
+word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")$lexicon_tag
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
    && ! skip_built 5; then
   if [ -f "$word_lm_dir/.done" ]; then
@@ -230,8 +231,7 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
     for x in $test_sets; do
       for m in $decode_methods; do
         out=$dir/decode_${x}_$m$decode_suffix
-        # a lexicon widened by --word-list decodes beside the plain one
-        [ "$m" != beam_word ] || [ -z "$word_list" ] || out=$dir/decode_${x}_${m}_$(basename "$word_list")$decode_suffix
+        [ "$m" != beam_word ] || out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
         if [ -f "$out/.done" ]; then log "Stage 6: $out done"; continue; fi
         [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
         case $m in

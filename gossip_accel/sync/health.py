@@ -149,34 +149,28 @@ def neighbour_mean_(own: torch.Tensor, received: Sequence[torch.Tensor], check: 
     With ``out`` (a tensor like ``own``) the mean lands there and ``own`` is only read: the sum is formed
     straight into ``out`` (the same additions in the same order as in place), and with ``check`` one finite
     test of that sum stands for the test of every term (a non-finite term makes the sum non-finite; only a
-    sum that is not finite tests the terms one by one and forms it again without the dropped ones).
+    sum that is not finite tests the terms one by one, on a copy of ``own`` in ``out``).
     """
-    if out is not None and check and received:
+    if out is not None and received:
         torch.add(own, received[0], out=out)
         for r in received[1:]:
             out.add_(r)
-        if finite(out):  # every term is finite: nothing dropped
+        if not check or finite(out):  # every term is finite (or none is tested): nothing dropped
             out.div_(len(received) + 1)
             return True, []
+    if out is not None:  # the terms one by one, on a copy of own
+        own = out.copy_(own)
     own_ok = not check or all_finite(own)
     dropped = [i for i, r in enumerate(received) if check and not all_finite(r)]
     used = [r for i, r in enumerate(received) if i not in dropped]
     count = len(used) + int(own_ok)
-    bar = own if out is None else out
     if count == 0:
-        if out is not None:
-            out.copy_(own)
         return own_ok, dropped
     if not own_ok:
-        bar.zero_()
-    elif out is not None and used:  # own + the first received copy, formed in out
-        torch.add(own, used[0], out=out)
-        used = used[1:]
-    elif out is not None:
-        out.copy_(own)
+        own.zero_()
     for r in used:
-        bar.add_(r)
-    bar.div_(count)
+        own.add_(r)
+    own.div_(count)
     return own_ok, dropped
 
 

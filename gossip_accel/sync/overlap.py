@@ -16,7 +16,8 @@ blocking sync), giving u = rule(avg_t), and is merged with the live model (``syn
 A worker whose snapshot was non-finite and is reset (``sync.nonfinite=reset``) takes u: its local
 progress is garbage. Pure tensors: no communication. :func:`merge_into_` applies the merge straight to a
 component's parameter views (no gather of the live model into a work buffer and no scatter back: two
-passes fewer over the component, the same values).
+passes fewer over the component, the same values); :func:`merge_component_` is what the engine and the
+simulator call: that, or the gathered merge where it cannot.
 """
 from __future__ import annotations
 
@@ -53,3 +54,11 @@ def merge_into_(pieces: Sequence[torch.Tensor], snapshot: torch.Tensor, new: tor
             merge_(live, snapshot[off:off + n].view_as(live), new[off:off + n].view_as(live), how, alpha, reset)
             off += n
     return True
+
+
+def merge_component_(comp, snapshot: torch.Tensor, new: torch.Tensor, how: str, alpha: float,
+                     reset: bool = False) -> None:
+    """A component's live parameters <- the merge of theta_{t+tau} with ``snapshot`` and ``new``: in place
+    (:func:`merge_into_`), or, for pieces it does not take, gathered into a fresh buffer, merged, scattered."""
+    if not merge_into_([p.view for p in comp.pieces], snapshot, new, how, alpha, reset):
+        comp.scatter(merge_(comp.gather().clone(), snapshot, new, how, alpha, reset))

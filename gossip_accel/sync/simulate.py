@@ -31,7 +31,7 @@ from .components import split_buffers, split_components
 from .config import ALGORITHMS, ConfigError, check_group_size, load_sync_config, validate_for_world
 from .health import neighbour_mean_
 from .inner_state import AVERAGING_EVENTS, as_component, reset_, state_slices
-from .overlap import merge_, merge_into_
+from .overlap import merge_component_
 from .precision import is_low, simulated_full_mean, wire_dtype, wire_round
 from .quantize import codec_of, coded_state, ring_receive, ring_send, simulated_coded_mean
 from .schedule import event_at, needs_gradient_allreduce, stagger_offsets
@@ -233,9 +233,8 @@ class SimulatedCluster:
             comp = self.comps[k][ci]
             if not overlapped:
                 comp.scatter(new)
-            elif not merge_into_([p.view for p in comp.pieces], thetas[k], new, cfg.overlap_merge, cfg.overlap_mix,
-                                 reset):
-                comp.scatter(merge_(comp.gather().clone(), thetas[k], new, cfg.overlap_merge, cfg.overlap_mix, reset))
+            else:
+                merge_component_(comp, thetas[k], new, cfg.overlap_merge, cfg.overlap_mix, reset)
 
     def _apply_inflight(self, t: Optional[int]) -> None:
         """The overlapped syncs due at step t (all when t is None: before the final average), in post order."""

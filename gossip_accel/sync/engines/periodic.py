@@ -20,7 +20,7 @@ from ..algorithms import new_local_model
 from ..comm import Exchange
 from ..components import Component
 from ..config import ConfigError
-from ..overlap import merge_, merge_into_
+from ..overlap import merge_component_
 from ..precision import is_low
 from ..quantize import codec_of
 from ..schedule import event_at
@@ -171,7 +171,6 @@ class PeriodicEngine(Engine):
             ctx.coded.after_rule(comp, new)
         if snapshot is None:
             comp.scatter(new)
-        elif not merge_into_([p.view for p in comp.pieces], snapshot, new, ctx.cfg.overlap_merge,
-                             ctx.cfg.overlap_mix, reset):
-            comp.scatter(merge_(comp.gather(), snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset))
+        else:
+            merge_component_(comp, snapshot, new, ctx.cfg.overlap_merge, ctx.cfg.overlap_mix, reset)
 
