@@ -103,35 +103,45 @@ class Codec:
 
     def _codes(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
         """The codes c (rows, nb B) fp32, zero past L, the scales in the scale dtype and as fp32 (rows, nb), and
-        whether x was finite."""
+        whether x was finite. The whole blocks are read where they lie; only a last, partial block is handled
+        apart (no zero-padded copy of x)."""
+        x = x if x.dtype == torch.float32 else x.float()
         rows, length = x.shape
-        nb = self.scale_count(length)
-        full = nb * self.block
-        blocks = _padded(x, full).view(rows, nb, self.block)
-        absmax = torch.maximum(blocks.amax(-1), blocks.amin(-1).neg_())  # NaN where a block holds one
+        nb, whole = self.scale_count(length), length // self.block
+        full, main = nb * self.block, whole * self.block
+        body, tail = x[:, :main].view(rows, whole, self.block), x[:, main:]
+        absmax = torch.empty(rows, nb, dtype=torch.float32, device=x.device)  # NaN where a block holds one
+        torch.maximum(body.amax(-1), body.amin(-1).neg_(), out=absmax[:, :whole])
+        if main < length:
+            absmax[:, whole] = torch.maximum(tail.amax(-1), tail.amin(-1).neg_())
         scale = (absmax / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
         s = scale.float()
         finite_x = bool(torch.isfinite(absmax).all())
         in_range = finite_x and not bool(((s > 0) & (s < _TINY)).any())
         # s = 0 (an all-zero block) or NaN divides by inf: code 0, as every element of a NaN block
-        codes = blocks / torch.where(s > 0, s, torch.inf).unsqueeze(-1)
+        divisor = torch.where(s > 0, s, torch.inf).unsqueeze(-1)
+        codes = torch.empty(rows, full, dtype=torch.float32, device=x.device)
+        torch.div(body, divisor[:, :whole], out=codes[:, :main].view(rows, whole, self.block))
+        if main < length:
+            torch.div(tail, divisor[:, whole], out=codes[:, main:length])
+            codes[:, length:].zero_()
         if in_range:
             codes.round_()
         else:
             codes.nan_to_num_(0.0).round_().clamp_(-self.qmax, self.qmax)
-        return codes.view(rows, full), scale, s, finite_x
+        return codes, scale, s, finite_x
 
     def _pack(self, codes: torch.Tensor, scale: torch.Tensor, length: int) -> torch.Tensor:
-        """The payload of the codes of L elements and their scales: codes (int8: a byte each, int4: two per byte)
-        followed by the scales' bytes."""
-        rows, full = codes.shape
+        """The payload of the codes of L elements and their scales, in one fresh buffer: codes (int8: a byte
+        each, int4: two per byte) followed by the scales' bytes."""
+        vb = self.value_bytes(length)
+        payload = torch.empty(codes.shape[0], self.payload_bytes(length), dtype=torch.uint8, device=codes.device)
         if self.bits == 8:
-            values = codes[:, :length].to(torch.int8).view(torch.uint8)
-        elif full % 2 == 0:
-            values = _nibbles(codes, self.value_bytes(length))
-        else:  # an odd block and an odd number of blocks: one more code 0
-            values = _nibbles(torch.cat([codes, codes.new_zeros(rows, 1)], 1), self.value_bytes(length))
-        return torch.cat([values, scale.contiguous().view(torch.uint8)], 1)
+            payload[:, :vb].view(torch.int8).copy_(codes[:, :length])  # integral codes: the conversion is exact
+        else:
+            _nibbles(codes, vb, out=payload[:, :vb])
+        payload[:, vb:].copy_(scale.contiguous().view(torch.uint8))
+        return payload
 
     def decode(self, payload: torch.Tensor, length: int) -> torch.Tensor:
         """D(Q(x)): the fp32 rows (rows, ``length``) of a payload made by :meth:`encode`."""
@@ -160,22 +170,16 @@ class Codec:
 _TINY = torch.finfo(torch.float32).tiny
 
 
-def _nibbles(codes: torch.Tensor, nbytes: int) -> torch.Tensor:
-    """The first ``nbytes`` bytes of int4 codes (rows, even width) in fp32, two per byte, low nibble first:
-    (c_lo + 8) + 16 (c_hi + 8), exact in fp32 (codes past L are 0: nibble 8)."""
-    pairs = codes.view(codes.shape[0], -1, 2)[:, :nbytes]
-    return torch.add(pairs[..., 0], pairs[..., 1], alpha=16).add_(136).to(torch.uint8)
-
-
-def _padded(x: torch.Tensor, full: int) -> torch.Tensor:
-    """``x`` (rows, L) zero-padded to (rows, full) fp32 and contiguous: ``x`` itself when it already is."""
-    rows, length = x.shape
-    if length == full and x.is_contiguous() and x.dtype == torch.float32:
-        return x
-    out = torch.empty(rows, full, dtype=torch.float32, device=x.device)
-    out[:, :length] = x
-    out[:, length:].zero_()
-    return out
+def _nibbles(codes: torch.Tensor, nbytes: int, out: torch.Tensor) -> torch.Tensor:
+    """The first ``nbytes`` bytes of int4 codes (rows, width; integral fp32, codes past L 0) into ``out``, two
+    per byte, low nibble first: (c_lo + 8) + 16 (c_hi + 8), formed in bytes (the codes' two's complement bytes
+    give c_lo + 16 c_hi + 136 modulo 256, which is that byte: it lies in 0..255)."""
+    rows, width = codes.shape[0], min(codes.shape[1], 2 * nbytes)
+    c8 = torch.empty(rows, 2 * nbytes, dtype=torch.int8, device=codes.device)
+    c8[:, :width].copy_(codes[:, :width])  # integral codes: the conversion is exact
+    c8[:, width:].zero_()  # an odd block and an odd number of blocks: one more code 0
+    pairs = c8.view(torch.uint8).view(rows, nbytes, 2)
+    return torch.add(pairs[..., 0], pairs[..., 1], alpha=16, out=out).add_(136)
 
 
 def _restart_nonfinite_(t: torch.Tensor) -> bool:
