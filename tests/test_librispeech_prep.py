@@ -262,6 +262,45 @@ def test_select_texts_disjoint_and_deterministic(tmp_path):
         mm.select_texts(small_cfg(text, train_utts=10_000), None)
 
 
+def books_fixture(path: Path, paragraphs: int = 150) -> Path:
+    """A token file of one paragraph per line (the Gutenberg recipe's train.tokens): 3 sentences each,
+    one with a word the filters reject (a digit)."""
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(paragraphs):
+        sents = [" ".join(rng.choice(WORDS, int(rng.integers(5, 12)))).capitalize() + " ." for _ in range(2)]
+        lines.append(" ".join(sents) + f" In {1800 + i} it rained .")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_extra_train_text_tops_up_train_once_wiki_runs_out(tmp_path):
+    text = wiki_fixture(tmp_path / "wiki")
+    books = books_fixture(tmp_path / "train.tokens")
+    plain = mm.select_texts(small_cfg(text), None)
+    with_books = mm.select_texts(small_cfg(text, extra_train_text=[str(books)]), None)
+    assert {k: [s.transcript for s in v] for k, v in with_books.items()} == \
+        {k: [s.transcript for s in v] for k, v in plain.items()}        # within wiki.train: the same corpus
+    stats: dict = {}
+    big = mm.select_texts(small_cfg(text, train_utts=400, extra_train_text=[str(books)]), None, stats)["train-clean-100"]
+    from_books = [s for s in big if s.article.startswith("train.tokens:")]
+    assert len(big) == 400 and from_books and len({s.transcript for s in big}) == 400
+    assert [s.transcript for s in big[:16]] == [s.transcript for s in plain["train-clean-100"]]  # wiki.train first
+    assert not any(any(c.isdigit() for c in s.spoken) for s in from_books)                  # the same filters
+    assert any(t.startswith("train.tokens:") for t in stats["articles"]["train-clean-100"])  # whole chunks, named
+    assert mm.read_paragraph_chunks(books)[1][0] == "train.tokens:101"  # chunks of 100 paragraphs, named by line
+    with pytest.raises(mm.BuildError, match=r"missing\.tokens: missing \(expected a token file"):
+        mm.select_texts(small_cfg(text, train_utts=400, extra_train_text=[str(tmp_path / "missing.tokens")]), None)
+
+
+def test_stamp_of_a_corpus_without_extra_text_is_unchanged(tmp_path):
+    """Corpora built before --extra-train-text keep a valid stamp (no key for an empty list)."""
+    text = wiki_fixture(tmp_path / "wiki")
+    assert "extra_train_text" not in mm._stamp_config(small_cfg(text))
+    books = books_fixture(tmp_path / "b.tokens", 3)
+    assert mm._stamp_config(small_cfg(text, extra_train_text=[str(books)]))["extra_train_text"] == [str(books.resolve())]
+
+
 def test_speakers_distinct_and_test_other_voice_unseen():
     spks = mm.plan_speakers(0, 5, 2, 8)
     assert len({s.id for s in spks}) == len(spks) == 4 * 5 + 4 * 2 * 2 + 8

@@ -20,6 +20,8 @@ mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite'
 mini_other_voices=awb   # voices of test-other (unseen in training)
 mini_speakers_per_voice=5   # training speakers per training voice
 mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
+mini_train_books=""     # more training sentences (after wiki.train's ~2900) from books, LibriSpeech's own text:
+                        # original-books.tar.gz (openslr 12) or its folder, or "mini": the Gutenberg recipe's Jane Austen
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -30,8 +32,19 @@ if [ -z "$root" ]; then
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
   [[ "$mini_train_voices $mini_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
+  extra=()
+  if [ -n "$mini_train_books" ]; then
+    gutenberg=$(dirname "$(readlink -f "$0")")/../../../gutenberg/lm1/local   # the Gutenberg LM recipe's
+    books=$mini_train_books
+    [ "$books" != mini ] || books=$gutenberg/data/original-books-mini.tar.gz
+    # the books as token files, one paragraph per line (every word kept: --min-count 1); test.tokens and
+    # valid.tokens are only the Gutenberg LM's splits, all three are training text here
+    log "  $books -> data/mini_books (more training sentences)"
+    python "$gutenberg/prepare_gutenberg.py" --src "$books" --out data/mini_books --min-count 1 --jobs "$nj"
+    extra=(--extra-train-text data/mini_books/train.tokens data/mini_books/valid.tokens data/mini_books/test.tokens)
+  fi
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
-  python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
+  python local/make_mini_librispeech.py ${extra[@]+"${extra[@]}"} --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
     --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj"
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"

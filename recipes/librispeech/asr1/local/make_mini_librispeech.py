@@ -37,6 +37,12 @@ single letters, parentheses, symbols, non-ASCII letters, and -- when flite is th
 sentence whose words as flite's text front end expands them (``flite -pw``) differ from the
 transcript. Kept: 4 to 15 words (``--min-words``/``--max-words``).
 
+More training text (``--extra-train-text FILE ...``): token files of one paragraph per line in the same
+wikitext tokenization (e.g. ``train.tokens`` of the Gutenberg recipe's ``local/prepare_gutenberg.py``, which
+is LibriSpeech's own kind of text: books) whose sentences, under the same filters, top up train-clean-100 once
+wiki.train's run out; read in chunks of 100 paragraphs in a seeded order. dev, test and the LM text are
+unchanged, and a corpus of at most wiki.train's sentences is the same with or without them.
+
 Deterministic: a function of the arguments (``--seed``) and the flite build; ``--jobs`` only
 changes the speed. Rerunning with the same arguments on a finished corpus does nothing
 (``mini_librispeech.json`` is the stamp); other arguments rebuild the subsets it lists. A
@@ -220,16 +226,30 @@ def normalize(spoken: str) -> tuple[str | None, str]:
     return " ".join(words), ""
 
 
-def read_articles(path: Path) -> list[tuple[str, list[list[str]]]]:
-    """A wikitext file as [(title, [paragraph tokens, ...]), ...] (headings dropped)."""
+def _read_utf8(path: Path, expected: str) -> str:
     if not path.is_file():
-        raise BuildError(f"{path}: missing (expected the wikitext-format text, e.g. {DEFAULT_TEXT}/wiki.train.tokens)")
+        raise BuildError(f"{path}: missing (expected {expected})")
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise BuildError(f"{path}:{line}: invalid UTF-8") from None
+
+
+def read_paragraph_chunks(path: Path, per_article: int = 100) -> list[tuple[str, list[list[str]]]]:
+    """A token file of one paragraph per line (wikitext tokenization, no titles: e.g. the Gutenberg recipe's
+    train.tokens) as articles of ``per_article`` paragraphs each, named ``<file name>:<first line>``."""
+    lines = [(i, line.split()) for i, line in enumerate(
+        _read_utf8(path, "a token file of one paragraph per line, e.g. the Gutenberg recipe's data/lm/train.tokens")
+        .splitlines(), 1) if line.strip()]
+    return [(f"{path.name}:{lines[k][0]}", [toks for _, toks in lines[k:k + per_article]])
+            for k in range(0, len(lines), per_article)]
+
+
+def read_articles(path: Path) -> list[tuple[str, list[list[str]]]]:
+    """A wikitext file as [(title, [paragraph tokens, ...]), ...] (headings dropped)."""
+    text = _read_utf8(path, f"the wikitext-format text, e.g. {DEFAULT_TEXT}/wiki.train.tokens")
     articles: list[tuple[str, list[list[str]]]] = []
     for line in text.splitlines():
         m = _TITLE.match(line)
@@ -719,6 +739,7 @@ class Config:
     train_voices: list = field(default_factory=lambda: list(TRAIN_VOICES))
     other_voices: list = field(default_factory=lambda: [OTHER_VOICE])
     train_readings: int = 1         # each training sentence read by this many (different) speakers
+    extra_train_text: list = field(default_factory=list)  # token files topping up train once wiki.train runs out
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -738,7 +759,13 @@ def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str
     out["dev-clean"] = src["valid"].take(cfg.eval_utts, used, agree, train, "dev-clean (wiki.valid.tokens)")
     out["test-clean"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-clean (wiki.test.tokens)")
     out["test-other"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-other (wiki.test.tokens)")
-    out["train-clean-100"] = train.take(cfg.train_utts, used, agree, None, "train-clean-100 (wiki.train.tokens)")
+    extra = None
+    if cfg.extra_train_text:
+        chunks = [a for f in cfg.extra_train_text for a in read_paragraph_chunks(Path(f))]
+        extra = Source(order_articles(eligible_sentences(chunks, cfg.min_words, cfg.max_words, rejected), cfg.seed,
+                                      "extra"))
+    out["train-clean-100"] = train.take(cfg.train_utts, used, agree, extra,
+                                        "train-clean-100 (wiki.train.tokens" + (" + --extra-train-text)" if extra else ")"))
     if stats is not None:
         stats["rejected_sentences"] = dict(sorted(rejected.items(), key=lambda kv: -kv[1]))
         stats["rejected_sentences"]["flite reads it differently"] = sum(x.flite_rejected for x in src.values())
@@ -786,6 +813,9 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
 def _stamp_config(cfg: Config) -> dict:
     d = asdict(cfg)
     d["text"] = str(Path(cfg.text).resolve())
+    d["extra_train_text"] = [str(Path(f).resolve()) for f in cfg.extra_train_text]
+    if not d["extra_train_text"]:  # the stamps of corpora built before the option stay valid
+        del d["extra_train_text"]
     d["version"] = VERSION
     return d
 
@@ -807,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="corpus root (holds the subset folders)")
     ap.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"wikitext-format text (default {DEFAULT_TEXT})")
+    ap.add_argument("--extra-train-text", type=Path, nargs="*", default=[],
+                    help="token files (one paragraph per line, wikitext tokenization, e.g. the Gutenberg recipe's "
+                         "train.tokens) whose sentences top up train-clean-100 once wiki.train's run out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-utts", type=int, default=Config.train_utts)
     ap.add_argument("--train-readings", type=int, default=Config.train_readings,
@@ -844,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
-                 *voices, args.train_readings)
+                 *voices, args.train_readings, [str(f) for f in args.extra_train_text])
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
