@@ -114,9 +114,14 @@ class Codec:
         torch.maximum(body.amax(-1), body.amin(-1).neg_(), out=absmax[:, :whole])
         if main < length:
             absmax[:, whole] = torch.maximum(tail.amax(-1), tail.amin(-1).neg_())
-        scale = (absmax / self.qmax).clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
-        s = scale.float()
+        absmax.abs_()  # +0 for a block of zeros (maximum(-0, +0) is -0 on the CPU, +0 on CUDA)
+        # a true division by a tensor: CUDA divides by a scalar as a multiplication by its reciprocal (another rounding)
+        scale = torch.div(absmax, torch.full_like(absmax, self.qmax))
+        scale = scale.clamp_(max=torch.finfo(self.scale_dtype).max).to(self.scale_dtype)
         finite_x = bool(torch.isfinite(absmax).all())
+        if not finite_x:  # one NaN's bits on every device (CPU and CUDA kernels leave different NaN payloads)
+            scale.masked_fill_(scale.isnan(), float("nan"))
+        s = scale.float()
         in_range = finite_x and not bool(((s > 0) & (s < _TINY)).any())
         # s = 0 (an all-zero block) or NaN divides by inf: code 0, as every element of a NaN block
         divisor = torch.where(s > 0, s, torch.inf).unsqueeze(-1)
