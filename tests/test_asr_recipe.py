@@ -271,6 +271,18 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     table = (recipe / "exp" / "RESULTS.md").read_text()
     assert "At a glance: word (beam 200) + word LM + dict.txt decoding" in table
     assert "| test | word (beam 200) + word LM |" in table and "| test | word (beam 200) + word LM + dict.txt |" in table
+    # another list of the same file name: its LM dir is rebuilt (not taken for the first list's) and re-decoded
+    (recipe / "other").mkdir()
+    (recipe / "other" / "dict.txt").write_text("deal\n")
+    redo = stages(recipe, "--stage", "5", "--stop-stage", "6", "--avg", "2", "--decode-methods", "beam_word",
+                  "--word-lm-order", "2", "--word-list", str(recipe / "other" / "dict.txt"))
+    assert "was built with another --word-list" in redo.stderr
+    winfo = json.loads((widened / "info.json").read_text())
+    assert winfo["word_list"] == str(recipe / "other" / "dict.txt") and winfo["word_list_added"] == 1   # DEAL
+    assert "decode_test_beam_word_dict.txt_avg_best2 done" not in redo.stderr                  # decoded again
+    again = stages(recipe, "--stage", "5", "--stop-stage", "6", "--avg", "2", "--decode-methods", "beam_word",
+                   "--word-lm-order", "2", "--word-list", str(recipe / "other" / "dict.txt"))
+    assert "word_lm2_lang_char_dict.txt exists" in again.stderr and "dict.txt_avg_best2 done" in again.stderr
     cmvn = recipe / "data" / "train" / "cmvn.ark"
     cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns
 

@@ -198,9 +198,12 @@ lexicon_tag=${word_list:+_$(basename "$word_list")}   # a lexicon widened by --w
 word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")$lexicon_tag
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
    && ! skip_built 5; then
-  if [ -f "$word_lm_dir/.done" ]; then
+  built_from=$([ -n "$word_list" ] && realpath "$word_list" 2>/dev/null || echo "$word_list")  # .done names the list
+  if [ -f "$word_lm_dir/.done" ] && [ "$(cat "$word_lm_dir/.done")" = "$built_from" ]; then
     log "Stage 5: $word_lm_dir exists"
   else
+    [ ! -f "$word_lm_dir/.done" ] || log "Stage 5: $word_lm_dir was built with another --word-list" \
+      "('$(cat "$word_lm_dir/.done")', now '$built_from', the same file name): rebuilding it"
     command -v lmplz >/dev/null 2>&1 || PATH="$("$utils_dir/install_kenlm.sh"):$PATH" \
       || die "Stage 5: KenLM's lmplz is needed for the word LM (above); --word-lm-order 0 goes without it"
     if [ -n "$lm_text" ]; then src=(--plain-text "$lm_text"); else src=(--text "data/$train_set/text"); fi
@@ -209,7 +212,7 @@ if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] &
     log "Stage 5: word ${word_lm_order}-gram and lexicon of ${src[1]} -> $word_lm_dir"
     python -m gossip_accel.bin.make_word_lm --lang-dir "$lang" "${src[@]}" --out "$word_lm_dir" \
       --order "$word_lm_order" --dev-text "data/$dev_set/text" ${word_list:+--word-list "$word_list"}
-    touch "$word_lm_dir/.done"
+    echo "$built_from" > "$word_lm_dir/.done"
   fi
 fi
 
@@ -232,7 +235,10 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
       for m in $decode_methods; do
         out=$dir/decode_${x}_$m$decode_suffix
         [ "$m" != beam_word ] || out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
-        if [ -f "$out/.done" ]; then log "Stage 6: $out done"; continue; fi
+        # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name)
+        if [ -f "$out/.done" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
+          log "Stage 6: $out done"; continue
+        fi
         [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
         case $m in
           greedy) args=(--method greedy) ;;
