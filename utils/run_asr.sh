@@ -198,7 +198,7 @@ lexicon_tag=${word_list:+_$(basename "$word_list")}   # a lexicon widened by --w
 word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")$lexicon_tag
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
    && ! skip_built 5; then
-  built_from=$([ -n "$word_list" ] && realpath "$word_list" 2>/dev/null || echo "$word_list")  # .done names the list
+  built_from=${word_list:+$(realpath -ms "$word_list")}   # .done names the list (absolute; links not followed)
   if [ -f "$word_lm_dir/.done" ] && [ "$(cat "$word_lm_dir/.done")" = "$built_from" ]; then
     log "Stage 5: $word_lm_dir exists"
   else
