@@ -32,7 +32,7 @@ if [ -z "$root" ]; then
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
   [[ "$mini_train_voices $mini_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
-  extra=()
+  book_opts=()
   if [ -n "$mini_train_books" ]; then
     gutenberg=$(dirname "$(readlink -f "$0")")/../../../gutenberg/lm1/local   # the Gutenberg LM recipe's
     books=$mini_train_books
@@ -41,12 +41,12 @@ if [ -z "$root" ]; then
     # valid.tokens are only the Gutenberg LM's splits, all three are training text here
     log "  $books -> data/mini_books (more training sentences)"
     python "$gutenberg/prepare_gutenberg.py" --src "$books" --out data/mini_books --min-count 1 --jobs "$nj"
-    extra=(--extra-train-text data/mini_books/train.tokens data/mini_books/valid.tokens data/mini_books/test.tokens)
+    book_opts=(--extra-train-text data/mini_books/train.tokens data/mini_books/valid.tokens data/mini_books/test.tokens)
   fi
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
-  python local/make_mini_librispeech.py ${extra[@]+"${extra[@]}"} --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
+  python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
-    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj"
+    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
 fi
 sets="$train_set $dev_set $test_sets"
