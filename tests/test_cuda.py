@@ -17,22 +17,11 @@ import pytest
 import torch
 
 from gossip_accel.sync import toy
-from gossip_accel.sync.quantize import Codec, apply_to_copy_, compress_, send_to_copy_
+from gossip_accel.sync.quantize import apply_to_copy_, compress_, send_to_copy_
 from gossip_accel.sync.simulate import SimulatedCluster
+from test_quantized_exchange import CODECS, IDS, battery
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-
-CODECS = [Codec(8, 256), Codec(4, 256), Codec(8, 64, torch.bfloat16), Codec(4, 7), Codec(4, 1)]
-
-
-def battery(rows: int, length: int, seed: int) -> torch.Tensor:
-    """Values spanning the fp32 range, with a subnormal, +-inf and NaN (CPU, fp32)."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(rows, length, generator=g).double() * torch.logspace(-44, 38, length, dtype=torch.float64)
-    x = x[:, torch.randperm(length, generator=g)].float()
-    x[0, 1], x[-1, 2], x[-1, 4], x[0, 3] = float("nan"), float("inf"), -float("inf"), 3e-42
-    return x
-
 
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bit-equal values (NaN where NaN), compared on the CPU."""
@@ -40,7 +29,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
-@pytest.mark.parametrize("codec", CODECS, ids=[f"int{c.bits}-{c.block}-{str(c.scale_dtype)[6:]}" for c in CODECS])
+@pytest.mark.parametrize("codec", CODECS, ids=IDS)
 @pytest.mark.parametrize("length", [9, 97, 1000, 70_001])
 def test_coder_on_cuda_is_bit_identical_to_cpu(codec, length):
     x = battery(3, length, length + codec.block)

@@ -67,18 +67,25 @@ def reference_codes(codec: Codec, x: torch.Tensor) -> tuple[torch.Tensor, torch.
     return codes, scales
 
 
+def battery(rows: int, length: int, seed: int) -> torch.Tensor:
+    """Values spanning the fp32 range in a seeded order (fp32, CPU); from 6 elements on, a NaN, +-inf and a
+    subnormal among them."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, length, generator=g).double() * torch.logspace(-44, 38, length, dtype=torch.float64)
+    x = x[:, torch.randperm(length, generator=g)].float()
+    if length > 5:
+        x[0, 1], x[-1, 2], x[-1, 4] = float("nan"), float("inf"), -float("inf")
+        x[0, 3] = 3e-42
+    return x
+
+
 @pytest.mark.parametrize("codec", CODECS + [Codec(8, 1), Codec(4, 3, torch.bfloat16)],
                          ids=IDS + ["int8-1", "int4-3-bf16"])
 @pytest.mark.parametrize("length", [1, 6, 9, 64, 97])
 def test_codes_and_scales_are_the_quantizer_exactly(codec, length):
     """The packed payload holds exactly the docstring's codes and scales, for values spanning the fp32
     range, subnormals, +-inf and NaN (the fast path skips the clamp only where it cannot matter)."""
-    g = torch.Generator().manual_seed(7 * length + codec.block)
-    x = torch.randn(2, length, generator=g).double() * torch.logspace(-44, 38, length, dtype=torch.float64)
-    x = x[:, torch.randperm(length, generator=g)].float()
-    if length > 5:
-        x[0, 1], x[1, 2], x[1, 4] = float("nan"), float("inf"), -float("inf")
-        x[0, 3] = 3e-42
+    x = battery(2, length, 7 * length + codec.block)
     codes, scales = reference_codes(codec, x)
     payload = codec.encode(x)
     vb = codec.value_bytes(length)
