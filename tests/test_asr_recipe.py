@@ -319,3 +319,32 @@ def test_stage_2_trains_on_speed_perturbed_and_augmented_copies(recipe):
     assert (cmvn.stat().st_mtime_ns if cmvn.exists() else None) == before
     bad = run(["bash", str(recipe / "run.sh"), "--stop-stage", "2", "--augment", "x"], recipe, check=False)
     assert bad.returncode != 0 and "--augment x: a number of augmented copies" in bad.stderr
+
+
+def test_phone_units_train_and_decode_to_words_through_the_lexicon(recipe):
+    """--unit-type phone --lexicon: stage 3 makes data/lang_phone, stage 4 trains on its phones, stage 5 spells the
+    word LM's lexicon in them, stage 6 decodes with beam_word and skips greedy (phones are no words)."""
+    lexicon = recipe / "phones.txt"   # a made-up lexicon: each word's letters are its "phones", two for HELLO
+    lexicon.write_text("".join(f"{w} {' '.join(w.lower())}\n" for w in WORDS) + "HELLO h e l o\n")
+    out = stages(recipe, "--unit-type", "phone", "--lexicon", str(lexicon), "--exp", "exp_phone", "--avg", "0",
+                 "--decode-methods", "greedy beam_word", "--word-lm-order", "2", "--word-lm-weights", "1",
+                 "--word-scores", "0", "--", *TINY, "train.max_epochs=2", "train.max_steps_per_epoch=3")
+    lang = recipe / "data" / "lang_phone"
+    meta = json.loads((lang / "units.json").read_text())
+    assert meta["type"] == "phone" and meta["train_words"] == len(WORDS) and meta["train_words_without_pronunciation"] == 0
+    tokens = [line.split()[0] for line in (lang / "tokens.txt").read_text().splitlines()]
+    assert tokens == ["<blk>", "<unk>"] + sorted({c for w in WORDS for c in w.lower()})
+    run_dir = recipe / "exp_phone" / "dnn_bmuf-n2"
+    assert "lang: data/lang_phone" in (run_dir / "config.yaml").read_text()
+    assert "skipping greedy for dnn_bmuf-n2: phone units decode to words through the lexicon only" in out.stderr
+    assert not (run_dir / "decode_test_greedy").exists()
+    word_lm = recipe / "data" / "word_lm2_lang_phone"
+    assert "HELLO h e l o" in (word_lm / "lexicon.txt").read_text().splitlines()   # both pronunciations
+    summary = json.loads((run_dir / "decode_test_beam_word" / "summary.json").read_text())
+    assert summary["word_lm"] == "data/word_lm2_lang_phone" and summary["ref_words"] == 18
+    hyp_lines = (run_dir / "decode_test_beam_word" / "hyp.txt").read_text().splitlines()
+    assert len(hyp_lines) == 6 and {w for line in hyp_lines for w in line.split()[1:]} <= set(WORDS)
+    assert "| dnn_bmuf-n2 |" in (recipe / "exp_phone" / "RESULTS.md").read_text()
+    bad = run(["bash", str(recipe / "run.sh"), "--stage", "3", "--stop-stage", "3", "--unit-type", "phone"], recipe,
+              check=False)
+    assert bad.returncode != 0 and "--unit-type phone needs --lexicon FILE" in bad.stderr

@@ -2,7 +2,8 @@
 # The stages of every ASR recipe (a recipe's run.sh gives its corpus's defaults and execs this):
 #   0 local/data.sh (the corpus's: Kaldi data dirs data/<train-set>, <dev-set>, <test-sets>)
 #   1 validate the data dirs (utils/validate_data_dir.sh; utils/fix_data_dir.sh when needed)
-#   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char)
+#   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char, or the phones of
+#     --lexicon and/or --g2p flite's pronunciations: a phone model decodes to words with beam_word alone)
 #   4 train CTC models with `accelerate launch`, one run per --algorithms entry
 #   5 the LMs the decode methods need: for beam_lm a unit-level LSTMP LM (shallow fusion; --use-lm true)
 #     on --lm-text (one sentence per line, e.g. LibriSpeech's librispeech-lm-norm.txt[.gz]) or, without
@@ -44,8 +45,10 @@ nj=2
 sample_rate=16000        # of the audio (8000 for telephone speech: Switchboard)
 num_mel_bins=80
 allow_pipes=false        # true: run Kaldi pipes of wav.scp ("sph2pipe ... |") with bash; false refuses them
-unit_type=bpe            # bpe | char
+unit_type=bpe            # bpe | char | phone (a pronunciation lexicon's phones; decoded to words by beam_word)
 vocab_size=300           # BPE only
+lexicon=""               # phone units: WORD PH1 PH2 ... per line (LibriSpeech's librispeech-lexicon.txt)
+g2p=""                   # phone units: pronounce the words the lexicon lacks (flite: flite's t2p), in stages 3 and 5
 conf=conf/train_dnn.yaml # the model conf: runs are named <exp>/<conf name without train_>_<algorithm>-n<workers>
 use_lm=true
 lm_conf=conf/lm_units.yaml
@@ -73,8 +76,13 @@ declare train_stage=4   # (not options: what utils/stages.sh needs to know)
 declare epochs_key=train.max_epochs
 . "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/stages.sh"
 [ -f "$conf" ] || die "--conf $conf not found"
-if [ "$unit_type" = char ]; then lang=data/lang_char; units_args=(--unit-type char)
-else lang=data/lang_${unit_type}${vocab_size}; units_args=(--unit-type "$unit_type" --vocab-size "$vocab_size"); fi
+case $unit_type in
+  char) lang=data/lang_char; units_args=(--unit-type char) ;;
+  phone) lang=data/lang_phone; units_args=(--unit-type phone ${lexicon:+--lexicon "$lexicon"} ${g2p:+--g2p "$g2p"})
+         [ -n "$lexicon$g2p" ] || die "--unit-type phone needs --lexicon FILE (WORD PH1 PH2 ... per line) or --g2p flite"
+         [ -z "$lexicon" ] || [ -f "$lexicon" ] || die "--lexicon $lexicon not found" ;;
+  *) lang=data/lang_${unit_type}${vocab_size}; units_args=(--unit-type "$unit_type" --vocab-size "$vocab_size") ;;
+esac
 run_prefix=$(basename "$conf" .yaml); run_prefix=${run_prefix#train_}_
 run_periods=""
 runs=()
@@ -171,7 +179,7 @@ lm_dir=$exp/lm_$(basename "$lang")
 lm_data=data/lm_$(basename "$lang")
 # each LM of stage 5 is made when a decode method needs it: the unit LM for beam_lm, the word LM for beam_word
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$use_lm" = true ] && [[ " $decode_methods " == *" beam_lm "* ]] \
-   && ! skip_built 5; then
+   && [ "$unit_type" != phone ] && ! skip_built 5; then   # phone units decode with beam_word only
   if [ -f "$lm_dir/.done" ]; then
     log "Stage 5: $lm_dir already trained"
   else
@@ -238,6 +246,10 @@ if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
         # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name)
         if [ -f "$out/.done" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
           log "Stage 6: $out done"; continue
+        fi
+        if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
+          log "Stage 6: skipping $m for $(basename "$dir"): phone units decode to words through the lexicon only (beam_word)"
+          continue
         fi
         [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
         case $m in

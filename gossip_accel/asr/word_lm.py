@@ -41,7 +41,7 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from ..data.units import BLANK, UNK, Tokenizer
+from ..data.units import BLANK, UNK, Units
 
 KENLM_HINT = "run utils/install_kenlm.sh (builds KenLM's lmplz and build_binary into tools/kenlm/bin)"
 
@@ -61,23 +61,13 @@ def kenlm_tool(name: str) -> Path:
     raise FileNotFoundError(f"KenLM's {name} not found (KENLM_BIN, PATH, tools/kenlm/bin): {KENLM_HINT}")
 
 
-def spelling(tok: Tokenizer, word: str) -> Optional[list[str]]:
-    """The units of ``word`` as the model writes it at a word start, or None if one is ``<unk>``."""
-    ids = tok.encode(word)
-    if not ids or tok.unk_id in ids:
-        return None
-    return [tok.id_to_token(i) for i in ids]
-
-
-def write_lexicon(words: Iterable[str], tok: Tokenizer, path: Path) -> list[str]:
-    """Write ``<word> <units...>`` lines for the spellable ``words``; return the words left out."""
-    lines, left_out = [], []
-    for w in words:
-        units = spelling(tok, w)
-        if units is None:
-            left_out.append(w)
-        else:
-            lines.append(f"{w} {' '.join(units)}\n")
+def write_lexicon(words: Iterable[str], tok: Units, path: Path) -> list[str]:
+    """Write ``<word> <units...>`` lines for the spellable ``words`` (a line per pronunciation with phone
+    units); return the words left out."""
+    words = list(words)
+    spelled = tok.spellings(words)
+    lines = [f"{w} {' '.join(units)}\n" for w in words for units in spelled.get(w, [])]
+    left_out = [w for w in words if w not in spelled]
     if not lines:
         raise ValueError(f"{path}: none of the {len(left_out)} words can be spelled with the units of {tok.path}")
     path.write_text("".join(lines), encoding="utf-8")
@@ -110,7 +100,7 @@ def read_word_list(path: Path) -> list[str]:
     return list(seen)
 
 
-def build_word_lm(sentences: Sequence[str], tok: Tokenizer, out: Path, order: int = 3,
+def build_word_lm(sentences: Sequence[str], tok: Units, out: Path, order: int = 3,
                   max_words: int = 0, memory: str = "20%", source: str = "", binary: bool = True,
                   word_list: Sequence[str] = (), word_list_source: str = "") -> dict:
     """Estimate an ``order``-gram on ``sentences`` with lmplz and write the word LM dir ``out``.
@@ -165,7 +155,7 @@ def oov_rate(sentences: Iterable[str], lexicon: Path) -> float:
 class WordDecoder:
     """CTC lexicon beam search with a word n-gram over a batch of log-probabilities (B, T, V)."""
 
-    def __init__(self, lm_dir: Path, tok: Tokenizer, beam: int = 50, lm_weight: float = 1.0,
+    def __init__(self, lm_dir: Path, tok: Units, beam: int = 50, lm_weight: float = 1.0,
                  word_score: float = 0.0, beam_threshold: float = 25.0, beam_size_token: Optional[int] = None):
         from torchaudio.models.decoder import ctc_decoder
 

@@ -35,7 +35,7 @@ from ..asr.scoring import compute_wer, write_scoring_dir
 from ..asr.word_lm import WordDecoder
 from ..data.asr import collate, load_utterances, make_batches
 from ..data.kaldi.tables import read_table
-from ..data.units import Tokenizer
+from ..data.units import LexiconTokenizer, Units, load_units
 from .train_asr import build_model, feature_dim, load_cmvn, load_conf
 
 
@@ -120,7 +120,7 @@ def tuning_record(exp: Path, weights: Path, word_lm: Path) -> Path:
     return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}.json"
 
 
-def tune_word_decoding(model, tok: Tokenizer, cmvn, tune_data: Path, word_lm: Path, beam: int,
+def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
                        grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
     """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
 
@@ -177,7 +177,10 @@ def main(argv: Optional[list[str]] = None) -> None:
                              + (" (and gossip_accel.bin.average_checkpoints)" if f == weights and args.model else ""))
     try:   # expected bad input: one line, no traceback (ConfigError and DataDirError are ValueErrors)
         conf = load_conf([str(exp / "config.yaml")], [])
-        tok = Tokenizer(conf.data.lang)
+        tok = load_units(conf.data.lang)
+        if isinstance(tok, LexiconTokenizer) and args.method != "word":
+            raise ValueError(f"{conf.data.lang} holds phone units: they decode to words only through a lexicon "
+                             f"(--method word), not --method {args.method}")
         utts, dropped = load_utterances(data, tok.encode)
         cmvn = load_cmvn(conf)
         model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from ..asr.word_lm import build_word_lm, oov_rate, read_word_list
-from ..data.units import Tokenizer, read_transcripts
+from ..data.units import load_units, read_transcripts
 from .units_text import read_plain
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     try:
-        tok = Tokenizer(args.lang_dir)
+        tok = load_units(args.lang_dir)
         if args.text:
             if not Path(args.text).is_file():
                 raise FileNotFoundError(f"{args.text} not found")

@@ -165,9 +165,9 @@ class ASRTask(loop.Task):
     valid_key, valid_label, valid_scalar, valid_format = "cv_loss", "CV CTC/token", "valid/ctc_per_token", ".4f"
 
     def __init__(self, conf: ASRConf, rank: int, world: int):
-        from ..data.units import Tokenizer
+        from ..data.units import load_units
 
-        tok = Tokenizer(conf.data.lang)  # its error names the missing bpe.model and the stage to run
+        tok = load_units(conf.data.lang)  # its error names the missing bpe.model and the stage to run
         train_utts, self.dropped = load_utterances(Path(conf.data.train), tok.encode, conf.data.max_utt_frames)
         valid_utts, _ = load_utterances(Path(conf.data.valid), tok.encode, conf.data.max_utt_frames)
         self.cmvn = load_cmvn(conf)

@@ -16,7 +16,7 @@ import gzip
 from pathlib import Path
 
 from ..data.kaldi.tables import read_table
-from ..data.units import Tokenizer
+from ..data.units import load_units
 
 
 def read_plain(path: Path) -> list[str]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     try:
-        tok = Tokenizer(args.lang_dir)
+        tok = load_units(args.lang_dir)
         if args.text and not Path(args.text).is_file():
             raise FileNotFoundError(f"{args.text} not found: give a Kaldi text file (<utt> <words>)")
         texts = read_table(Path(args.text)).values() if args.text else read_plain(Path(args.plain_text))

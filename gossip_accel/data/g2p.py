@@ -1,0 +1,61 @@
+"""Pronunciations for words a lexicon lacks (grapheme-to-phoneme), as Kaldi's ``local/g2p.sh`` gives
+LibriSpeech's lexicon the words CMUdict lacks.
+
+``flite``: Flite's own text-to-phones program ``t2p`` (Debian's ``flite`` package): its CMU lexicon
+and letter-to-sound rules, i.e. exactly how the flite voices of the mini LibriSpeech say a word.
+Phones are CMU ARPAbet in lower case without stress marks (``drumheller`` -> ``d r ah m hh eh l er``),
+as ``flite -ps`` prints what a voice speaks. Words go to ``t2p`` in batches, one sentence per word
+(``w1. w2. ...``), and the phones between its pauses are split back into words; a batch whose count of
+pauses does not match its words is redone one word per call. About 0.15 ms a word. A word alone is
+said as in isolation, so the article ``a`` would be the letter (``ey``); it gets the reduced ``ax``
+that the voices say in running text first, and ``ey`` second (as LibriSpeech's lexicon: ``A AH0``, ``A EY1``).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from typing import Iterable
+
+G2P_METHODS = ("flite",)
+_BATCH = 200
+_RUNNING_TEXT = {"a": [["ax"], ["ey"]]}   # words whose isolated reading is not their running-text one
+
+
+def _t2p(text: str) -> list[list[str]]:
+    """The phone groups ``t2p`` prints for ``text``, split at its pauses (stress digits dropped)."""
+    out = subprocess.run(["t2p", text], capture_output=True, text=True, check=True).stdout
+    groups, cur = [], []
+    for p in out.split():
+        if p == "pau":
+            if cur:
+                groups.append(cur)
+            cur = []
+        else:
+            cur.append(re.sub(r"\d", "", p))
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def flite_g2p(words: Iterable[str]) -> dict[str, list[list[str]]]:
+    """Flite's pronunciations of each word (case-insensitive); a word it says nothing for is left out."""
+    if shutil.which("t2p") is None:
+        raise FileNotFoundError("flite's t2p not found (the g2p of --g2p flite): apt-get install flite "
+                                "(utils/install_system_deps.sh flite)")
+    words = list(dict.fromkeys(w for w in words if w))
+    prons: dict[str, list[list[str]]] = {}
+    for i in range(0, len(words), _BATCH):
+        batch = words[i:i + _BATCH]
+        groups = _t2p(" ".join(f"{w.lower()}." for w in batch))
+        if len(groups) != len(batch):   # a word said as two phrases, or as nothing: one call each
+            groups = [sum(_t2p(f"{w.lower()}."), []) for w in batch]
+        prons.update((w, _RUNNING_TEXT.get(w.lower(), [g])) for w, g in zip(batch, groups) if g)
+    return prons
+
+
+def g2p(method: str, words: Iterable[str]) -> dict[str, list[list[str]]]:
+    """Pronunciations of ``words`` by ``method`` (one of :data:`G2P_METHODS`)."""
+    if method != "flite":
+        raise ValueError(f"g2p method must be one of {G2P_METHODS}, got {method!r}")
+    return flite_g2p(words)
