@@ -87,6 +87,13 @@ def test_word_lm_lexicon_holds_every_pronunciation_and_decodes_phones_to_words(t
 
     lp = frames("dh iy k ae t s ae t".split())   # the second pronunciation of THE
     assert WordDecoder(tmp_path / "wlm", tok, beam=20, lm_weight=0.5)(lp, torch.tensor([lp.shape[1]])) == ["THE CAT SAT"]
+    # the decoder's trie holds 6 words per spelling: the 7th homophone of CAT (the list's last) is left out
+    homophones = [f"KAT{'T' * i}" for i in range(6)]
+    (tmp_path / "lexicon7.txt").write_text(LEXICON + "".join(f"{w} k ae t\n" for w in homophones))
+    tok7 = make_lang(tmp_path, tmp_path / "lexicon7.txt", "lang7")
+    info = build_word_lm(["THE CAT SAT"], tok7, tmp_path / "wlm7", order=2, word_list=homophones)
+    kat = [line.split()[0] for line in (tmp_path / "wlm7" / "lexicon.txt").read_text().splitlines() if "k ae t" in line]
+    assert kat == ["CAT"] + homophones[:5] and info["left_out_examples"] == homophones[5:]
 
 
 def test_bad_lexicons_and_options_name_the_file_or_option(tmp_path, lexicon):

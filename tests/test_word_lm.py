@@ -119,9 +119,10 @@ def unigram_log10(arpa: Path, word: str) -> float:
 
 
 def test_word_list_widens_the_lexicon_and_its_words_share_the_unseen_mass(lang, word_lm, tmp_path):
-    (tmp_path / "words").write_text("# a dictionary\ncot\nCot\nrat's\ncaf\u00e9\nmat\nthe\nx-ray\n\n")
+    (tmp_path / "words").write_text("# a dictionary\nZoe\ncot\nCot\nrat's\ncaf\u00e9\nmat\nthe\nx-ray\n\n")
     words = read_word_list(tmp_path / "words")
-    assert words == ["COT", "RAT'S", "MAT", "THE"]          # upper-cased, once, letters and apostrophes only
+    assert words == ["COT", "RAT'S", "MAT", "THE", "ZOE"]   # upper-cased, once, letters and apostrophes only;
+    #                                                         the words written in lower case before the names
     out = tmp_path / "lm"
     info = build_word_lm(LM_TEXT, lang, out, order=3, word_list=words, word_list_source="words", binary=False)
     lexicon = [line.split()[0] for line in (out / "lexicon.txt").read_text().splitlines()]

@@ -8,8 +8,9 @@ A word LM directory (made by gossip_accel.bin.make_word_lm) holds
   estimated by KenLM's ``lmplz`` (modified Kneser-Ney; Heafield et al. 2013);
 * ``lexicon.txt``: ``<word> <unit> <unit> ...`` per line, every word of the LM text spelled in the
   ASR model's units exactly as sentencepiece writes it (``THE`` -> ``▁ T H E`` for characters,
-  ``▁THE`` for BPE), so no pronunciation dictionary is needed; words with a unit the model lacks
-  are left out (counted in ``info.json``);
+  ``▁THE`` for BPE), so no pronunciation dictionary is needed; with phone units, a line per
+  pronunciation of the lang dir's lexicon (or its G2P's: ``THE dh ax``, ``THE dh iy``); words with a
+  unit the model lacks, or a 7th homophone (:func:`write_lexicon`), are left out (counted in ``info.json``);
 * ``info.json``: order, sizes, sources, the words left out.
 
 A word list (``--word-list``: a dictionary, one word per line, e.g. Debian's ``wamerican-huge``, as
@@ -61,13 +62,25 @@ def kenlm_tool(name: str) -> Path:
     raise FileNotFoundError(f"KenLM's {name} not found (KENLM_BIN, PATH, tools/kenlm/bin): {KENLM_HINT}")
 
 
+TRIE_MAX_HOMOPHONES = 6   # flashlight's lexicon trie keeps at most 6 words per spelling (its kTrieMaxLabel)
+
+
 def write_lexicon(words: Iterable[str], tok: Units, path: Path) -> list[str]:
     """Write ``<word> <units...>`` lines for the spellable ``words`` (a line per pronunciation with phone
-    units); return the words left out."""
+    units); return the words left out: those the units cannot spell, and with phone units those whose
+    every pronunciation is shared by :data:`TRIE_MAX_HOMOPHONES` earlier words (the decoder's trie
+    would drop them with a warning per word; ``words`` come most frequent first, so the rare go)."""
     words = list(words)
     spelled = tok.spellings(words)
-    lines = [f"{w} {' '.join(units)}\n" for w in words for units in spelled.get(w, [])]
-    left_out = [w for w in words if w not in spelled]
+    lines, taken, per_spelling = [], set(), Counter()
+    for w in words:
+        for units in spelled.get(w, []):
+            key = tuple(units)
+            if per_spelling[key] < TRIE_MAX_HOMOPHONES:
+                per_spelling[key] += 1
+                taken.add(w)
+                lines.append(f"{w} {' '.join(units)}\n")
+    left_out = [w for w in words if w not in taken]
     if not lines:
         raise ValueError(f"{path}: none of the {len(left_out)} words can be spelled with the units of {tok.path}")
     path.write_text("".join(lines), encoding="utf-8")
@@ -87,17 +100,20 @@ def _run(cmd: Sequence[str], stdin, stdout, what: str) -> None:
 
 def read_word_list(path: Path) -> list[str]:
     """The words of a dictionary file (one per line; ``#`` lines skipped), upper-cased as LibriSpeech's
-    text is, each once in file order; a word with anything but letters and apostrophes is left out."""
+    text is, each once: the words written in lower case first (common words), then the capitalized
+    (names), each in file order (which of two homophones a full trie keeps: :func:`write_lexicon`); a
+    word with anything but letters and apostrophes is left out."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (a word list: one word per line)")
-    seen: dict[str, None] = {}
+    common: dict[str, None] = {}
+    names: dict[str, None] = {}
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        w = line.strip().upper()
+        w = line.strip()
         if w and not w.startswith("#") and w.replace("'", "").isalpha() and w.isascii():
-            seen.setdefault(w, None)
-    if not seen:
+            (common if w.islower() else names).setdefault(w.upper(), None)
+    if not common and not names:
         raise ValueError(f"{path}: no words (one word of letters and apostrophes per line)")
-    return list(seen)
+    return list(common) + [w for w in names if w not in common]
 
 
 def build_word_lm(sentences: Sequence[str], tok: Units, out: Path, order: int = 3,
