@@ -15,8 +15,8 @@
 #   3 test perplexity of the averaged models               4 comparison table + plot
 # ASR (recipes/librispeech/asr1, the BMUF paper's LibriSpeech experiment scaled down):
 #   0 mini LibriSpeech (Wikipedia sentences spoken by flite voices)  1 Kaldi data dirs
-#   2 fbank + CMVN   3 char units   4 CTC training: DDP and gossip-BMUF, 4 workers
-#   5 word 3-gram (KenLM) + lexicon   6 greedy and word-LM decoding of the average of the 5 best epoch models
+#   2 fbank + CMVN   3 phone units (flite's G2P)   4 CTC training: DDP and gossip-BMUF, 4 workers
+#   5 word 3-gram (KenLM) + lexicon   6 word-LM decoding of the average of the 5 best epoch models
 #   7 RESULTS.md: one row per method at a glance (%WER, %CER, MB/step, vs DDP), then every decode
 set -euo pipefail
 cd "$(dirname "$0")"
