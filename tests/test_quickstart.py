@@ -52,8 +52,10 @@ def linked_recipe(src: Path, dst: Path) -> Path:
 
 def test_run_sh_all_asr_stages(tmp_path):
     recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
+    words = tmp_path / "words.txt"   # a small dictionary in place of wamerican-huge's 338k words (decoding time)
+    words.write_text("gossip\nbmuf\nzebra\n")
     args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
-            "--asr-opts", "--mini-train-utts 40 --mini-eval-utts 8",
+            "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --word-list {words}",
             "--asr-overrides", "train.max_epochs=1 train.max_steps_per_epoch=4 model.options.hidden=32 "
                                "model.options.layers=1 sync.period=2 sync.warmup_steps=0"]
     proc = run(args)
@@ -66,32 +68,35 @@ def test_run_sh_all_asr_stages(tmp_path):
     assert len(test_text) == 8 and not {t.split(" ", 1)[1] for t in test_text} & set(lm_text)
     # stage 4: both runs trained with 3 workers; gossip-BMUF sent less than DDP
     exp = recipe / "exp" / "quickstart"
-    ddp = json.loads((exp / "dnn_ddp-n3" / "results.json").read_text())
-    gossip = json.loads((exp / "dnn_gossip_bmuf-n3" / "results.json").read_text())
+    ddp = json.loads((exp / "tdnn_ddp-n3" / "results.json").read_text())
+    gossip = json.loads((exp / "tdnn_gossip_bmuf-n3" / "results.json").read_text())
     assert ddp["workers"] == gossip["workers"] == 3
     assert 0 < gossip["bytes_sent_per_step_per_worker"] < ddp["bytes_sent_per_step_per_worker"]
     # stage 3: phone units, every training word pronounced by flite's G2P
     units = json.loads((recipe / "data" / "lang_phone" / "units.json").read_text())
     assert units["g2p"] == "flite" and units["train_words"] == units["train_words_by_g2p"] > 0
-    assert "lang: data/lang_phone" in (exp / "dnn_ddp-n3" / "config.yaml").read_text()
+    assert "lang: data/lang_phone" in (exp / "tdnn_ddp-n3" / "config.yaml").read_text()
     # stage 5-7: the word LM was made of the LM text, its lexicon spelled in phones (no unit LM: beam_lm is
     # not decoded, and a phone model decodes with beam_word alone); every run x test set has a row
-    info = json.loads((recipe / "data" / "word_lm3_lang_phone" / "info.json").read_text())
+    info = json.loads((recipe / "data" / "word_lm3_lang_phone_words.txt" / "info.json").read_text())
     assert info["source"] == "data/mini_librispeech/librispeech-lm-norm.txt" and info["sentences"] == len(lm_text)
+    assert info["word_list"] == str(words) and info["word_list_added"] >= 2   # ZEBRA, BMUF (GOSSIP may be the LM's)
     assert not (exp / "lm_lang_phone").exists()
     table = (exp / "RESULTS.md").read_text()
     assert "%CER" in table.splitlines()[0]
-    for run_name in ("dnn_ddp-n3", "dnn_gossip_bmuf-n3"):
+    for run_name in ("tdnn_ddp-n3", "tdnn_gossip_bmuf-n3"):
         for test_set in ("test_clean", "test_other"):
-            assert f"| {test_set} | word (beam 200) + word LM |" in table and f"| {run_name} |" in table
+            assert f"| {test_set} | word (beam 200) + word LM + words.txt |" in table and f"| {run_name} |" in table
     assert "| greedy |" not in table
+    summary = json.loads((exp / "tdnn_ddp-n3" / "decode_test_clean_beam_word_words.txt_avg_best5" / "summary.json").read_text())
+    assert (summary["word_lm_weight"], summary["word_score"], summary["tuned_on"]) == (3.0, -1.0, None)   # fixed
     # at a glance: one row per run (its %WER and %CER of each test set, MB/step, vs DDP), first
     head = table.splitlines()[0]
-    assert head.startswith("| run | %WER test_clean | %WER test_other | %CER test_clean |") and "vs dnn_ddp-n3" in head
-    assert [line.split(" | ")[0] for line in table.splitlines()[2:4]] == ["| dnn_ddp-n3", "| dnn_gossip_bmuf-n3"]
+    assert head.startswith("| run | %WER test_clean | %WER test_other | %CER test_clean |") and "vs tdnn_ddp-n3" in head
+    assert [line.split(" | ")[0] for line in table.splitlines()[2:4]] == ["| tdnn_ddp-n3", "| tdnn_gossip_bmuf-n3"]
     # then every decode, of the average of the best epochs (one epoch here) the decode stage made by default
     assert len([line for line in table.splitlines()
-                if line.startswith("| dnn_") and "| avg_best5: epochs 1 |" in line]) == 4
+                if line.startswith("| tdnn_") and "| avg_best5: epochs 1 |" in line]) == 4
     assert table in proc.stdout  # the quick start prints the WER table
     assert (exp / "RESULTS.png").stat().st_size > 0  # and plots the CV loss of each run
     # stages are idempotent: a rerun skips the finished work
