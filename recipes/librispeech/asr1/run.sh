@@ -21,8 +21,8 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 # need not learn English spelling from 2000 sentences, decoded to words by beam_word alone: the word 3-gram of its
 # LM text (the counterpart of librispeech-lm-norm.txt) with a lexicon widened by Debian's wamerican-huge (338k
 # words, installed by stage 5; the LM text's 17k leave 12.2% of test-clean's words out, the list 1.5%), its LM
-# weight and word score tuned on dev-clean. Quick start DNNs (4 workers), test-clean: DDP 68.30% (characters)
-# -> 37.65% (phones, LM text's lexicon); one 512-wide TDNN of corpus c: 25.82% -> see RESULTS.md "Phone units".
+# weight and word score tuned on dev-clean. test-clean, characters -> phones: quick start DNNs (DDP, 4 workers)
+# 69.27% -> 37.65% (LM text's lexicon); one 512-wide TDNN of corpus c 25.82% -> 9.45% (RESULTS.md "Phone units").
 # The real LibriSpeech keeps characters and greedy + beam_word (--unit-type phone --lexicon librispeech-lexicon.txt
 # for its phones); beam_lm (--decode-methods "greedy beam_lm beam_word", character units) decodes with beam 16,
 # LM weight 1.0, insertion bonus 2.0, tuned on the mini dev-clean (RESULTS.md, "More varied data").
