@@ -348,3 +348,12 @@ def test_phone_units_train_and_decode_to_words_through_the_lexicon(recipe):
     bad = run(["bash", str(recipe / "run.sh"), "--stage", "3", "--stop-stage", "3", "--unit-type", "phone"], recipe,
               check=False)
     assert bad.returncode != 0 and "--unit-type phone needs --lexicon FILE" in bad.stderr
+    # the lang dir made from one lexicon is not silently taken for another's (its models need its phones)
+    other = recipe / "other_phones.txt"
+    other.write_text(lexicon.read_text())
+    again = run(["bash", str(recipe / "run.sh"), "--stage", "3", "--stop-stage", "3", "--unit-type", "phone",
+                 "--lexicon", str(lexicon)], recipe)
+    assert "data/lang_phone exists" in again.stderr
+    moved = run(["bash", str(recipe / "run.sh"), "--stage", "3", "--stop-stage", "3", "--unit-type", "phone",
+                 "--lexicon", str(other)], recipe, check=False)
+    assert moved.returncode != 0 and f"was made from '{lexicon}', not '{other}'" in moved.stderr

@@ -162,12 +162,16 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
 fi
 
 if [ "$stage" -le 3 ] && [ "$stop_stage" -ge 3 ] && ! skip_built 3; then
-  if [ -f "$lang/.done" ]; then
+  made_with="${lexicon:+$(realpath -ms "$lexicon")}${g2p:+ g2p=$g2p}"   # phone units' .done: what they came from
+  if [ -f "$lang/.done" ] && [ "$unit_type" = phone ] && [ -s "$lang/.done" ] && [ "$(cat "$lang/.done")" != "$made_with" ]; then
+    die "Stage 3: $lang was made from '$(cat "$lang/.done")', not '$made_with' (--lexicon/--g2p); models trained on it" \
+        "need its phones: remove $lang (and retrain) to use the new ones, or give the old options"
+  elif [ -f "$lang/.done" ]; then
     log "Stage 3: $lang exists"
   else
     log "Stage 3: $unit_type units from data/$train_set/text -> $lang"
     python -m gossip_accel.bin.train_units --text "data/$train_set/text" --lang-dir "$lang" "${units_args[@]}"
-    touch "$lang/.done"
+    if [ "$unit_type" = phone ]; then echo "$made_with" > "$lang/.done"; else touch "$lang/.done"; fi
   fi
 fi
 

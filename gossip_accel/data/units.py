@@ -98,7 +98,7 @@ def _replace_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def load_units(lang: str | Path):
+def load_units(lang: str | Path) -> "Units":
     """The tokenizer of a lang dir (or of a ``bpe.model`` path): :class:`Tokenizer` or :class:`LexiconTokenizer`."""
     path = Path(lang)
     if path.is_dir() and (path / PHONE_META).is_file() and not (path / "bpe.model").is_file():
