@@ -11,7 +11,7 @@ import torch
 
 from gossip_accel.asr.word_lm import WordDecoder, build_word_lm
 from gossip_accel.bin import train_units
-from gossip_accel.data.g2p import flite_g2p
+from gossip_accel.data.g2p import flite_g2p, g2p
 from gossip_accel.data.units import LexiconTokenizer, Tokenizer, load_units, read_lexicon
 
 LEXICON = """THE dh ax
@@ -129,6 +129,10 @@ def test_flite_g2p_batches_equal_one_word_calls_and_fill_the_lexicon(tmp_path, l
     assert all(batched[w] == p for w, p in one_by_one.items()) and len(batched) == len(set(words))
     got = flite_g2p(["DRUMHELLER", "a", "of"])
     assert got == {"DRUMHELLER": [["d", "r", "ah", "m", "hh", "eh", "l", "er"]], "a": [["ax"], ["ey"]], "of": [["ah", "v"]]}
+    # Switchboard's tokens: Kaldi's non-speech phones; fragments as spoken noise; a word said laughing as the word
+    assert g2p("flite", ["[noise]", "[laughter]", "[vocalized-noise]", "th-", "[laughter-yeah]", "yeah"]) == {
+        "[noise]": [["nsn"]], "[laughter]": [["lau"]], "[vocalized-noise]": [["spn"]], "th-": [["spn"]],
+        "[laughter-yeah]": [["y", "ae"]], "yeah": [["y", "ae"]]}
     # training words the lexicon lacks are pronounced by flite; decoding-time words too
     tok = make_lang(tmp_path, lexicon, "lang", "u1 THE CAT SAT\nu2 THE DRUMHELLER CAT\n", "--g2p", "flite")
     assert "DRUMHELLER d r ah m hh eh l er" in (tmp_path / "lang" / "lexicon.txt").read_text()

@@ -9,6 +9,10 @@ as ``flite -ps`` prints what a voice speaks. Words go to ``t2p`` in batches, one
 pauses does not match its words is redone one word per call. About 0.15 ms a word. A word alone is
 said as in isolation, so the article ``a`` would be the letter (``ey``); it gets the reduced ``ax``
 that the voices say in running text first, and ``ey`` second (as LibriSpeech's lexicon: ``A AH0``, ``A EY1``).
+
+Switchboard's transcript tokens get Kaldi's swbd lexicon's non-speech phones whatever the method:
+``[noise]`` -> ``nsn``, ``[laughter]`` -> ``lau``, ``[vocalized-noise]`` and any other bracketed token or word
+fragment (``th-``) -> ``spn``; a word said laughing (``[laughter-yeah]``) is pronounced as the word.
 """
 from __future__ import annotations
 
@@ -54,8 +58,29 @@ def flite_g2p(words: Iterable[str]) -> dict[str, list[list[str]]]:
     return prons
 
 
+NON_SPEECH = {"[noise]": "nsn", "[laughter]": "lau", "[vocalized-noise]": "spn"}   # Kaldi's swbd lexicon
+SPOKEN_NOISE = "spn"
+
+
 def g2p(method: str, words: Iterable[str]) -> dict[str, list[list[str]]]:
-    """Pronunciations of ``words`` by ``method`` (one of :data:`G2P_METHODS`)."""
+    """Pronunciations of ``words`` by ``method`` (one of :data:`G2P_METHODS`), Switchboard's tokens by the
+    conventions of the module doc."""
     if method != "flite":
         raise ValueError(f"g2p method must be one of {G2P_METHODS}, got {method!r}")
-    return flite_g2p(words)
+    prons: dict[str, list[list[str]]] = {}
+    said_laughing: dict[str, str] = {}
+    plain = []
+    for w in dict.fromkeys(words):
+        low = w.lower()
+        if low.startswith("[laughter-") and low.endswith("]"):
+            said_laughing[w] = w[len("[laughter-"):-1]
+        elif low in NON_SPEECH:
+            prons[w] = [[NON_SPEECH[low]]]
+        elif low.startswith("[") or low.endswith("-") or low.startswith("-"):
+            prons[w] = [[SPOKEN_NOISE]]
+        else:
+            plain.append(w)
+    found = flite_g2p(plain + list(said_laughing.values()))
+    prons.update((w, found[w]) for w in plain if w in found)
+    prons.update((w, found[inner]) for w, inner in said_laughing.items() if inner in found)
+    return prons
