@@ -142,6 +142,46 @@ def test_cmvn_stats_equal_numpy(tmp_path):
     assert mean.dtype == torch.float32 and mean.shape == (80,)
     np.testing.assert_allclose(mean.numpy(), allf.mean(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(std.numpy(), allf.std(0), rtol=1e-4, atol=1e-5)
+    from gossip_accel.bin.train_asr import load_cmvn, load_conf
+
+    for overrides, per_utt in (([], False), (["data.utterance_cmn=true"], True)):   # a run's conf picks the norm
+        norm = load_cmvn(load_conf([], [f"data.train={data}", *overrides]))
+        assert norm.per_utterance is per_utt
+        torch.testing.assert_close((norm.mean, norm.std), (mean, std))
+
+
+
+def test_feature_norm_global_then_per_utterance_mean():
+    from gossip_accel.data.asr import collate
+    from gossip_accel.data.features import FeatureNorm
+
+    gen = torch.Generator().manual_seed(0)
+    mean, std = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
+    feats = torch.randn(30, 4, generator=gen) * 3 + 1
+    glob = FeatureNorm(mean, std)
+    torch.testing.assert_close(glob(feats), (feats - mean) / std)
+    utt = FeatureNorm(mean, std, per_utterance=True)
+    torch.testing.assert_close(utt(feats).mean(0), torch.zeros(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(utt(feats).std(0), glob(feats).std(0))   # the variance stays global
+    offset = torch.tensor([2.0, -1.0, 0.5, 3.0])   # a voice's or channel's constant spectral offset
+    torch.testing.assert_close(utt(feats + offset), utt(feats))
+    assert not torch.allclose(glob(feats + offset), glob(feats))
+
+
+def test_collate_normalizes_each_utterance_before_padding(tmp_path):
+    from gossip_accel.data.asr import Utterance, collate
+    from gossip_accel.data.features import FeatureNorm
+
+    rng = np.random.default_rng(0)
+    mats = {"a": rng.normal(size=(7, 3)).astype(np.float32) + 5, "b": rng.normal(size=(4, 3)).astype(np.float32) - 2}
+    kaldiio.save_ark(str(tmp_path / "f.ark"), mats, scp=str(tmp_path / "f.scp"))
+    scp = read_kaldi_map(tmp_path / "f.scp")
+    batch = collate([Utterance(u, scp[u], len(m), [1, 2]) for u, m in mats.items()],
+                    FeatureNorm(torch.zeros(3), torch.ones(3), per_utterance=True))
+    assert batch["lengths"].tolist() == [7, 4]
+    torch.testing.assert_close(batch["feats"][0].mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    torch.testing.assert_close(batch["feats"][1, :4].mean(0), torch.zeros(3), atol=1e-5, rtol=0)
+    assert batch["feats"][1, 4:].abs().sum() == 0   # padding after normalization
 
 
 TEXT = ["HELLO WORLD", "THE CAT SAT ON THE MAT", "IT'S A DOG'S LIFE", "HELLO THERE GENERAL KENOBI",

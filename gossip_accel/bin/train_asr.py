@@ -31,6 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment
+from ..data.features import FeatureNorm, load_global_cmvn
 from ..train import loop
 from ..train.elastic import batches_done
 from ..train.config import RunConf, load_structured
@@ -43,6 +44,7 @@ class ASRDataConf:
     valid: str = "data/dev_clean"
     lang: str = "data/lang_bpe"
     cmvn: Optional[str] = None  # default: <train>/cmvn.ark
+    utterance_cmn: bool = False  # after the global CMVN, subtract each utterance's mean (data.features.FeatureNorm)
     max_frames: int = 20000  # padded frames per batch and worker
     max_utt_frames: int = 3000
 
@@ -100,12 +102,10 @@ def feature_dim(utt) -> int:
     return int(kaldiio.load_mat(utt.feats).shape[1])
 
 
-def load_cmvn(conf: ASRConf) -> tuple[torch.Tensor, torch.Tensor]:
-    from ..data.features import load_global_cmvn
-
-    path = Path(conf.data.cmvn or Path(conf.data.train) / "cmvn.ark")
-    mean, std = load_global_cmvn(path)
-    return torch.as_tensor(mean, dtype=torch.float32), torch.as_tensor(std, dtype=torch.float32)
+def load_cmvn(conf: ASRConf) -> FeatureNorm:
+    """The feature normalization of a run: its training set's global CMVN, per utterance mean too if set."""
+    mean, std = load_global_cmvn(Path(conf.data.cmvn or Path(conf.data.train) / "cmvn.ark"))
+    return FeatureNorm(mean, std, conf.data.utterance_cmn)
 
 
 def ctc_loss_sum(model, batch: dict, ctc: torch.nn.CTCLoss, feats: Optional[torch.Tensor] = None) -> torch.Tensor:

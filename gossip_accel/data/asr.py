@@ -89,14 +89,14 @@ def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, ran
     return [batches[i] for i in order[start:][rank::world]]
 
 
-def collate(batch: Sequence[Utterance], cmvn: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> dict:
-    """Padded features (B, T, D), their lengths, concatenated targets and target lengths."""
+def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict:
+    """Padded features (B, T, D), each normalized by ``norm`` (a :class:`~.features.FeatureNorm`), their
+    lengths, concatenated targets and target lengths."""
     from .features import load_feats
 
     feats = [torch.tensor(load_feats(u.feats, u.utt), dtype=torch.float32) for u in batch]
-    if cmvn is not None:
-        mean, std = cmvn
-        feats = [(f - mean) / std for f in feats]
+    if norm is not None:
+        feats = [norm(f) for f in feats]
     lengths = torch.tensor([f.shape[0] for f in feats])
     x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
     targets = torch.tensor([t for u in batch for t in u.tokens], dtype=torch.long)

@@ -561,6 +561,23 @@ def load_global_cmvn(path: str | Path, var_floor: float = 1e-10) -> tuple[torch.
     return torch.from_numpy(mean).float(), torch.from_numpy(np.sqrt(var)).float()
 
 
+@dataclass(frozen=True)
+class FeatureNorm:
+    """Features as the model sees them: the training set's global CMVN, ``(feats - mean) / std``
+    (:func:`load_global_cmvn`), then with ``per_utterance`` each utterance's own mean over time subtracted
+    (cepstral mean normalization per utterance: Kaldi's ``apply-cmvn`` with one speaker per utterance,
+    ESPnet's ``utterance_mvn`` without the variance), which removes a voice's or a channel's constant
+    spectral offset, also for a voice the training set never had."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    per_utterance: bool = False
+
+    def __call__(self, feats: torch.Tensor) -> torch.Tensor:
+        x = (feats - self.mean) / self.std
+        return x - x.mean(dim=0, keepdim=True) if self.per_utterance else x
+
+
 def fbank_options_from(args) -> FbankOptions:
     """FbankOptions from argparse attributes of the same names (missing ones keep defaults)."""
     names = {f.name for f in fields(FbankOptions)}
