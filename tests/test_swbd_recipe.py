@@ -33,7 +33,7 @@ def run(recipe: Path, args: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 TINY = ["--mini-train-convs", "3", "--mini-segs-per-side", "5", "--mini-eval-convs", "1",
-        "--mini-eval-segs-per-side", "3", "--dev-utts", "6", "--vocab-size", "60"]
+        "--mini-eval-segs-per-side", "3", "--dev-utts", "6", "--unit-type", "bpe", "--vocab-size", "60"]   # (mini default: phones)
 OVERRIDES = ["train.max_epochs=1", "train.max_steps_per_epoch=3", "model.options.hidden=32", "model.options.layers=1",
              "sync.period=1", "sync.warmup_steps=0", "data.max_frames=1000"]
 
