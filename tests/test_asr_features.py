@@ -144,10 +144,15 @@ def test_cmvn_stats_equal_numpy(tmp_path):
     np.testing.assert_allclose(std.numpy(), allf.std(0), rtol=1e-4, atol=1e-5)
     from gossip_accel.bin.train_asr import load_cmvn, load_conf
 
-    for overrides, per_utt in (([], False), (["data.utterance_cmn=true"], True)):   # a run's conf picks the norm
-        norm = load_cmvn(load_conf([], [f"data.train={data}", *overrides]))
-        assert norm.per_utterance is per_utt
+    for overrides, per_utt, per_var in (([], False, False), (["data.utterance_cmn=true"], True, False),
+                                        (["data.utterance_cmn=true", "data.utterance_cvn=true"], True, True)):
+        norm = load_cmvn(load_conf([], [f"data.train={data}", *overrides]))   # a run's conf picks the norm
+        assert (norm.per_utterance, norm.per_utterance_var) == (per_utt, per_var)
         torch.testing.assert_close((norm.mean, norm.std), (mean, std))
+    from gossip_accel.sync.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data.utterance_cvn: .*needs data.utterance_cmn=true"):
+        load_cmvn(load_conf([], [f"data.train={data}", "data.utterance_cvn=true"]))
 
 
 
@@ -166,6 +171,25 @@ def test_feature_norm_global_then_per_utterance_mean():
     offset = torch.tensor([2.0, -1.0, 0.5, 3.0])   # a voice's or channel's constant spectral offset
     torch.testing.assert_close(utt(feats + offset), utt(feats))
     assert not torch.allclose(glob(feats + offset), glob(feats))
+
+
+def test_feature_norm_per_utterance_variance():
+    from gossip_accel.data.features import FeatureNorm
+
+    gen = torch.Generator().manual_seed(1)
+    mean, std = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
+    feats = torch.randn(50, 4, generator=gen) * 3 + 1
+    mvn = FeatureNorm(mean, std, per_utterance=True, per_utterance_var=True)
+    out = mvn(feats)
+    torch.testing.assert_close(out.mean(0), torch.zeros(4), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.pow(2).mean(0), torch.ones(4), atol=1e-4, rtol=0)
+    scale = torch.tensor([2.0, 0.5, 1.5, 3.0])   # a scaling of each band goes too, the offset as before
+    torch.testing.assert_close(mvn(feats * scale + 7), out, atol=1e-4, rtol=1e-4)
+    flat = feats.clone()
+    flat[:, 2] = 5.0                               # a band without variation: floored, not divided by zero
+    assert torch.isfinite(mvn(flat)).all() and mvn(flat)[:, 2].abs().max() < 1e-4
+    with pytest.raises(ValueError, match="needs the per-utterance mean"):
+        FeatureNorm(mean, std, per_utterance_var=True)
 
 
 def test_collate_normalizes_each_utterance_before_padding(tmp_path):

@@ -420,6 +420,42 @@ def test_train_readings_give_each_sentence_to_other_speakers(tmp_path):
     assert len(readers) == 16 and all(len(set(r)) == 2 for r in readers.values())
 
 
+def test_train_only_voices_read_in_train_alone_and_leave_the_rest_unchanged(tmp_path, capsys):
+    base = mm.plan_speakers(0, 5, 2, 8)
+    only = ("espeak-en-gb-scotland-m1", "espeak-en-029-f2", "espeak-en-us-m3")
+    spks = mm.plan_speakers(0, 5, 2, 8, train_only_voices=only, train_only_speakers=5)
+    assert spks[:len(base)] == base                              # every other speaker as drawn without them
+    extra = spks[len(base):]
+    assert sorted(s.voice for s in extra) == sorted([only[0]] * 2 + [only[1]] * 2 + [only[2]])
+    assert {s.subset for s in extra} == {"train-clean-100"} and len({s.id for s in spks}) == len(spks)
+    with pytest.raises(mm.BuildError, match="test-other voice awb must not be a training voice"):
+        mm.plan_speakers(0, 1, 1, 1, other_voice="awb", train_only_voices=("awb",), train_only_speakers=1)
+    with pytest.raises(mm.BuildError, match="train-only voice kal is also a training voice"):
+        mm.plan_speakers(0, 1, 1, 1, train_only_voices=("kal",), train_only_speakers=1)
+    # with two readings and as many train-only speakers as the training voices have, they read the second one
+    text = wiki_fixture(tmp_path / "wiki")
+    cfg = small_cfg(text, eval_utts=4, train_readings=2, train_only_voices=["espeak-en-us-m1", "espeak-en-gb-f2"],
+                    train_only_speakers=4)
+    assert mm._stamp_config(cfg)["train_only_voices"] == ["espeak-en-us-m1", "espeak-en-gb-f2"]
+    assert "train_only_voices" not in mm._stamp_config(small_cfg(text))   # older corpora keep their stamp
+    out = tmp_path / "mini"
+    stats = mm.build(out, cfg, synthesize=fake_synth, read_words=None)
+    sub = stats["subsets"]
+    assert sub["train-clean-100"]["voices"] == sorted([*mm.TRAIN_VOICES, "espeak-en-gb-f2", "espeak-en-us-m1"])
+    assert sub["train-clean-100"]["utterances"] == 32 and sub["train-clean-100"]["speakers"] == 8
+    assert sub["test-clean"]["voices"] == sub["dev-clean"]["voices"] == sorted(mm.TRAIN_VOICES)
+    voice = {str(s.id): s.voice for s in mm.plan_speakers(cfg.seed, 1, 1, 2, cfg.train_voices, cfg.other_voices,
+                                                            cfg.train_only_voices, cfg.train_only_speakers)}
+    readers: dict = {}
+    for tf in (out / "train-clean-100").glob("*/*/*.trans.txt"):
+        for line in tf.read_text(encoding="utf-8").splitlines():
+            readers.setdefault(line.split(" ", 1)[1], []).append(voice[tf.parent.parent.name])
+    assert len(readers) == 16 and all(sum(v.startswith("espeak-") for v in r) == 1 for r in readers.values())
+    with pytest.raises(SystemExit):
+        mm.main(["--out", str(tmp_path / "o"), "--train-only-speakers", "3"])
+    assert "error: --train-only-speakers needs --train-only-voices" in capsys.readouterr().err
+
+
 def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit, match=r"'flite' program is not installed; install it with: apt-get install flite"):

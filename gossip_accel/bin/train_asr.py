@@ -34,6 +34,7 @@ from ..data.asr import collate, epoch_batches, load_utterances, make_batches, sp
 from ..data.features import FeatureNorm, load_global_cmvn
 from ..train import loop
 from ..train.elastic import batches_done
+from ..sync.config import ConfigError
 from ..train.config import RunConf, load_structured
 from ..train.optimizers import make_optimizer
 
@@ -45,6 +46,7 @@ class ASRDataConf:
     lang: str = "data/lang_bpe"
     cmvn: Optional[str] = None  # default: <train>/cmvn.ark
     utterance_cmn: bool = False  # after the global CMVN, subtract each utterance's mean (data.features.FeatureNorm)
+    utterance_cvn: bool = False  # and divide by each utterance's standard deviation (needs utterance_cmn)
     max_frames: int = 20000  # padded frames per batch and worker
     max_utt_frames: int = 3000
 
@@ -103,9 +105,12 @@ def feature_dim(utt) -> int:
 
 
 def load_cmvn(conf: ASRConf) -> FeatureNorm:
-    """The feature normalization of a run: its training set's global CMVN, per utterance mean too if set."""
+    """The feature normalization of a run: its training set's global CMVN, per utterance mean (and variance) if set."""
     mean, std = load_global_cmvn(Path(conf.data.cmvn or Path(conf.data.train) / "cmvn.ark"))
-    return FeatureNorm(mean, std, conf.data.utterance_cmn)
+    try:
+        return FeatureNorm(mean, std, conf.data.utterance_cmn, conf.data.utterance_cvn)
+    except ValueError as e:
+        raise ConfigError(f"data.utterance_cvn: {e}") from None
 
 
 def ctc_loss_sum(model, batch: dict, ctc: torch.nn.CTCLoss, feats: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -567,15 +567,29 @@ class FeatureNorm:
     (:func:`load_global_cmvn`), then with ``per_utterance`` each utterance's own mean over time subtracted
     (cepstral mean normalization per utterance: Kaldi's ``apply-cmvn`` with one speaker per utterance,
     ESPnet's ``utterance_mvn`` without the variance), which removes a voice's or a channel's constant
-    spectral offset, also for a voice the training set never had."""
+    spectral offset, also for a voice the training set never had; with ``per_utterance_var`` too each
+    dimension is then divided by the utterance's own standard deviation (ESPnet's ``utterance_mvn`` with
+    ``norm_vars``), floored at ``var_floor`` times the global one so that a silent band is not blown up."""
 
     mean: torch.Tensor
     std: torch.Tensor
     per_utterance: bool = False
+    per_utterance_var: bool = False
+    var_floor: float = 0.01
+
+    def __post_init__(self):
+        if self.per_utterance_var and not self.per_utterance:
+            raise ValueError("per-utterance variance normalization needs the per-utterance mean "
+                             "(data.utterance_cvn=true needs data.utterance_cmn=true)")
 
     def __call__(self, feats: torch.Tensor) -> torch.Tensor:
         x = (feats - self.mean) / self.std
-        return x - x.mean(dim=0, keepdim=True) if self.per_utterance else x
+        if not self.per_utterance:
+            return x
+        x = x - x.mean(dim=0, keepdim=True)
+        if self.per_utterance_var:
+            x = x / x.pow(2).mean(dim=0, keepdim=True).clamp_min(self.var_floor).sqrt()
+        return x
 
 
 def fbank_options_from(args) -> FbankOptions:

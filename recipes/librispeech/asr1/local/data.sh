@@ -18,6 +18,8 @@ mini_eval_utts=120
 test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
 mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant> or patterns ('espeak-*')
 mini_other_voices=awb   # voices of test-other (unseen in training)
+mini_train_only_voices=""   # voices of the training set alone (dev/test-clean keep the training voices'): e.g. espeak-ng's
+mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice)
 mini_speakers_per_voice=5   # training speakers per training voice
 mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 mini_train_books=""     # more training sentences (after wiki.train's ~2900) from books, LibriSpeech's own text:
@@ -31,7 +33,7 @@ if [ -z "$root" ]; then
   root=data/mini_librispeech
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
-  [[ "$mini_train_voices $mini_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
+  [[ "$mini_train_voices $mini_other_voices $mini_train_only_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
   book_opts=()
   if [ -n "$mini_train_books" ]; then
     gutenberg=$(dirname "$(readlink -f "$0")")/../../../gutenberg/lm1/local   # the Gutenberg LM recipe's
@@ -46,6 +48,7 @@ if [ -z "$root" ]; then
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
   python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
+    --train-only-voices "$mini_train_only_voices" --train-only-speakers "$mini_train_only_speakers" \
     --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
 fi

@@ -478,15 +478,26 @@ class Utt:
 
 
 def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_speakers: int,
-                  train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE) -> list[Speaker]:
+                  train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE,
+                  train_only_voices: Sequence[str] = (), train_only_speakers: int = 0) -> list[Speaker]:
     """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids.
 
-    ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn)."""
+    ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn).
+    ``train_only_voices``: voices heard in train-clean-100 only (none in dev-clean or test-clean), their
+    ``train_only_speakers`` dealt to them in turn and listed after the other training speakers; they are drawn
+    from a random stream of their own, so every other speaker is the one drawn without them."""
     other_voices = [other_voice] if isinstance(other_voice, str) else list(other_voice)
-    clash = [v for v in other_voices if v in train_voices]
+    clash = [v for v in other_voices if v in (*train_voices, *train_only_voices)]
     if clash:
-        raise BuildError(f"the test-other voice {' '.join(clash)} must not be a training voice ({' '.join(train_voices)})")
-    for v in (*train_voices, *other_voices):
+        raise BuildError(f"the test-other voice {' '.join(clash)} must not be a training voice "
+                         f"({' '.join((*train_voices, *train_only_voices))})")
+    both = [v for v in train_only_voices if v in train_voices]
+    if both:
+        raise BuildError(f"the train-only voice {' '.join(both)} is also a training voice of dev-clean and test-clean "
+                         f"({' '.join(train_voices)})")
+    if train_only_voices and train_only_speakers < 1:
+        raise BuildError(f"train-only voices ({' '.join(train_only_voices)}) need train-only speakers >= 1")
+    for v in (*train_voices, *other_voices, *train_only_voices):
         if v not in VOICES:
             raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
     rng = random.Random(f"{seed}:speakers")
@@ -503,6 +514,15 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
+    if train_only_voices:
+        rng = random.Random(f"{seed}:train-only speakers")
+        extra = []
+        for k, v in enumerate(train_only_voices):
+            n = len(range(k, train_only_speakers, len(train_only_voices)))
+            extra += [(v, p) for p in draw_variants(v, n, rng, [])]
+        free = sorted(set(range(100, 9000)) - set(ids))
+        speakers += [Speaker(i, "train-clean-100", v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
+                     for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(extra)), extra)]
     return speakers
 
 
@@ -740,6 +760,8 @@ class Config:
     other_voices: list = field(default_factory=lambda: [OTHER_VOICE])
     train_readings: int = 1         # each training sentence read by this many (different) speakers
     extra_train_text: list = field(default_factory=list)  # token files topping up train once wiki.train runs out
+    train_only_voices: list = field(default_factory=list)  # voices of train-clean-100 alone (not of dev/test-clean)
+    train_only_speakers: int = 0    # their speakers, dealt to them in turn
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -784,7 +806,7 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     # the copies follow one another, so that plan_corpus deals each copy to another speaker
     texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
     speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
-                             cfg.train_voices, cfg.other_voices)
+                             cfg.train_voices, cfg.other_voices, cfg.train_only_voices, cfg.train_only_speakers)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
     titles: dict[int, str] = {}
     for subset, sents in texts.items():
@@ -814,8 +836,9 @@ def _stamp_config(cfg: Config) -> dict:
     d = asdict(cfg)
     d["text"] = str(Path(cfg.text).resolve())
     d["extra_train_text"] = [str(Path(f).resolve()) for f in cfg.extra_train_text]
-    if not d["extra_train_text"]:  # the stamps of corpora built before the option stay valid
-        del d["extra_train_text"]
+    for key in ("extra_train_text", "train_only_voices", "train_only_speakers"):
+        if not d[key]:  # the stamps of corpora built before these options stay valid
+            del d[key]
     d["version"] = VERSION
     return d
 
@@ -849,6 +872,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, or patterns "
                          "(e.g. 'kal kal16 rms slt espeak-*')")
     ap.add_argument("--other-voices", default=OTHER_VOICE, help="voices of test-other (none of --train-voices)")
+    ap.add_argument("--train-only-voices", default="",
+                    help="voices heard in train-clean-100 alone (dev-clean and test-clean keep --train-voices'), "
+                         "e.g. 'espeak-*-m1 espeak-*-f2': more voices and accents for the model, the same test sets")
+    ap.add_argument("--train-only-speakers", type=int, default=0,
+                    help="speakers of --train-only-voices, dealt to them in turn (default: one per voice); they read "
+                         "their share of the training sentences (with --train-readings 2 and as many speakers as the "
+                         "training voices have, the second reading of every sentence)")
     ap.add_argument("--train-speakers-per-voice", type=int, default=Config.train_speakers_per_voice,
                     help="training speakers per training voice")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
@@ -873,16 +903,22 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
+        train_only = expand_voices(args.train_only_voices.split()) if args.train_only_voices.strip() else []
     except BuildError as e:
         ap.error(str(e))
+    if args.train_only_speakers < 0:
+        ap.error("--train-only-speakers must be >= 0")
+    if args.train_only_speakers and not train_only:
+        ap.error("--train-only-speakers needs --train-only-voices")
+    train_only_speakers = args.train_only_speakers or len(train_only)
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
-                 *voices, args.train_readings, [str(f) for f in args.extra_train_text])
+                 *voices, args.train_readings, [str(f) for f in args.extra_train_text], train_only, train_only_speakers)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
     try:
-        check_synthesizers([*cfg.train_voices, *cfg.other_voices])
+        check_synthesizers([*cfg.train_voices, *cfg.other_voices, *cfg.train_only_voices])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
             if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
@@ -899,7 +935,8 @@ def main(argv: list[str] | None = None) -> int:
                                  f"remove it or choose another --out")
         out.mkdir(parents=True, exist_ok=True)
         _write_stamp(stamp, {"config": want, "complete": False})
-        print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train, "
+        only = f", {' '.join(cfg.train_only_voices)} for train alone" if cfg.train_only_voices else ""
+        print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train{only}, "
               f"{' '.join(cfg.other_voices)} for test-other)", file=sys.stderr, flush=True)
         t0, c0 = time.time(), _cpu_seconds()
         stats = build(out, cfg, jobs=args.jobs, progress=True)
