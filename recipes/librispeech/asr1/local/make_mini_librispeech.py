@@ -25,7 +25,11 @@ and a faint noise floor. By default training speakers are variants of kal, kal16
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
 test-other is read by a voice never used in training (awb, Scottish-accented male).
 ``--train-readings N`` has every training sentence read by N different speakers (more hours
-from the same text: the sentences that pass the filters run out near 2900).
+from the same text: the sentences that pass the filters run out near 2900). ``--train-only-voices``
+(e.g. ``'espeak-*-m1 espeak-*-f2'``) adds voices heard in train-clean-100 alone, read by
+``--train-only-speakers`` speakers after the others: dev-clean, test-clean and every other speaker stay
+as without them (with ``--train-readings 2`` and as many of them as the training voices have
+speakers, they read the second copy of every sentence).
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
