@@ -32,9 +32,9 @@ from omegaconf import OmegaConf
 
 from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment
 from ..data.features import FeatureNorm, load_global_cmvn
+from ..sync.config import ConfigError
 from ..train import loop
 from ..train.elastic import batches_done
-from ..sync.config import ConfigError
 from ..train.config import RunConf, load_structured
 from ..train.optimizers import make_optimizer
 
