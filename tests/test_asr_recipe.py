@@ -185,8 +185,11 @@ done
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory) -> Path:
+    return make_recipe(tmp_path_factory.mktemp("recipe"))
+
+
+def make_recipe(root: Path) -> Path:
     """A recipe dir on utils/run_asr.sh whose local/data.sh copies chirp data dirs (train, dev, test, extra)."""
-    root = tmp_path_factory.mktemp("recipe")
     rng = np.random.default_rng(1)
     for name, n in (("train", 24), ("dev", 8), ("test", 6), ("extra", 5)):
         chirp_dir(root / "corpus", name, n, rng)
@@ -319,6 +322,39 @@ def test_stage_2_trains_on_speed_perturbed_and_augmented_copies(recipe):
     assert (cmvn.stat().st_mtime_ns if cmvn.exists() else None) == before
     bad = run(["bash", str(recipe / "run.sh"), "--stop-stage", "2", "--augment", "x"], recipe, check=False)
     assert bad.returncode != 0 and "--augment x: a number of augmented copies" in bad.stderr
+
+
+def test_stage_2_remakes_the_features_and_copies_of_a_set_whose_audio_changed(tmp_path):
+    """A training set made again with other audio under the same name (another mini corpus in the same
+    recipe dir): stage 2 recomputes its features, its CMVN and its speed-perturbed copy, and keeps the
+    features of the sets that did not change; a rerun recomputes nothing."""
+    rec = make_recipe(tmp_path)
+    stages(rec, "--stop-stage", "2", "--speed-perturb", "0.9 1.0")
+    data = rec / "data"
+    dev_feats = read_table(data / "dev" / "feats.scp")
+    old_cmvn = (data / "train_sp" / "cmvn.ark").read_bytes()
+    assert len(read_table(data / "train_sp" / "feats.scp")) == 48
+    # the corpus rebuilt with 20 other training utterances; local/data.sh copies them over data/train
+    chirp_dir(tmp_path / "other", "train", 20, np.random.default_rng(7))
+    for f in (tmp_path / "other" / "data" / "train").iterdir():
+        (tmp_path / "corpus" / "data" / "train" / f.name).write_bytes(f.read_bytes())
+    (data / "train" / "text").unlink()
+    out = stages(rec, "--stop-stage", "2", "--speed-perturb", "0.9 1.0")
+    assert "data/train_sp was not made from data/train as it is now" in out.stderr
+    assert "data/train_sp changed since its features" in out.stderr
+    assert "Stage 2: data/dev has features" in out.stderr and read_table(data / "dev" / "feats.scp") == dev_feats
+    wavs = read_table(data / "train" / "wav.scp")
+    assert all("/other/" in w for w in wavs.values())
+    sp = read_table(data / "train_sp" / "feats.scp")
+    assert len(sp) == 40 and {u.removeprefix("sp0.9-") for u in sp} == set(wavs)
+    assert (data / "train_sp" / "cmvn.ark").read_bytes() != old_cmvn
+    # nothing changed since: nothing is made again
+    again = stages(rec, "--stop-stage", "2", "--speed-perturb", "0.9 1.0")
+    assert "changed since" not in again.stderr and "was not made from" not in again.stderr
+    assert "perturb_speed" not in again.stdout and "cmvn.ark is up to date" in again.stderr
+    # other fbank options are another key: features made again
+    mel = stages(rec, "--stop-stage", "2", "--speed-perturb", "0.9 1.0", "--num-mel-bins", "23")
+    assert "data/dev changed since its features" in mel.stderr
 
 
 def test_phone_units_train_and_decode_to_words_through_the_lexicon(recipe):

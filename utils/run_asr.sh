@@ -123,19 +123,47 @@ if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
   done
 fi
 
+# What a data dir's features are made from: its audio tables (wav.scp, segments, and the speed and noise of
+# the copies below) and the fbank options. Stage 2 writes it into <dir>/.fbank.done and keeps features only
+# while it holds, so a set whose audio changed (another mini corpus, new data under the same name) gets new
+# features, and its copies (_sp, _aug<N>: their .made_from) are made again from it.
+audio_key() {  # audio_key DIR
+  { for f in wav.scp segments utt2speed utt2augment; do [ ! -f "$1/$f" ] || { echo "== $f"; cat "$1/$f"; }; done
+    echo "num_mel_bins=$num_mel_bins sample_rate=$sample_rate"; } | md5sum | cut -d' ' -f1
+}
+up_to_date() {  # up_to_date MARKER KEY SOURCE: MARKER holds KEY, or is empty (made before the keys) and not
+  local had        # older than SOURCE (then KEY is written into it)
+  [ -f "$1" ] || return 1
+  had=$(cat "$1")
+  [ "$had" = "$2" ] && return 0
+  [ -z "$had" ] && [ ! "$3" -nt "$1" ] && { echo "$2" > "$1"; return 0; }
+  return 1
+}
+made_from=""
+copy_needed() {  # copy_needed SRC DST OPTIONS: stage 2 runs and DST was not made from SRC's audio with OPTIONS
+  [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] || return 1
+  made_from="$(audio_key "$1") $3"
+  if [ -f "$2/.made_from" ]; then up_to_date "$2/.made_from" "$made_from" "$1/wav.scp" && return 1
+  elif [ -f "$2/.fbank.done" ] && [ ! -s "$2/.fbank.done" ] && [ ! "$1/wav.scp" -nt "$2/.fbank.done" ]; then
+    echo "$made_from" > "$2/.made_from"; return 1   # made before the keys, and after SRC's last change
+  fi
+  [ ! -d "$2" ] || log "Stage 2: $2 was not made from $1 as it is now (audio or $3): making it again"
+}
 if [ -n "$speed_perturb" ] && [ "$test_only" != true ]; then  # sp<f>- copies of the training set; stage 2 changes their speed on the fly
-  if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] && [ ! -f "data/${train_set}_sp/.fbank.done" ]; then
+  if copy_needed "data/$train_set" "data/${train_set}_sp" "speed=$speed_perturb"; then
     python -m gossip_accel.bin.perturb_speed --src "data/$train_set" --dst "data/${train_set}_sp" --factors "$speed_perturb"
+    echo "$made_from" > "data/${train_set}_sp/.made_from"
   fi
   train_set=${train_set}_sp
   prep_sets="$train_set $dev_set $test_sets"
 fi
 case $augment in ''|*[!0-9]*) die "--augment $augment: a number of augmented copies (0: none)" ;; esac
 if [ "$augment" -gt 0 ] && [ "$test_only" != true ]; then  # aug<i>- copies; stage 2 adds their noise and reverberation
-  if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] && [ ! -f "data/${train_set}_aug$augment/.fbank.done" ]; then
+  if copy_needed "data/$train_set" "data/${train_set}_aug$augment" "augment=$augment $augment_opts"; then
     # shellcheck disable=SC2086  # word splitting of the options wanted
     python -m gossip_accel.bin.augment_data --src "data/$train_set" --dst "data/${train_set}_aug$augment" \
       --copies "$augment" $augment_opts || die "augment_data failed (--augment-opts '$augment_opts')"
+    echo "$made_from" > "data/${train_set}_aug$augment/.made_from"
   fi
   train_set=${train_set}_aug$augment
   prep_sets="$train_set $dev_set $test_sets"
@@ -143,11 +171,15 @@ fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
   for x in $prep_sets; do
-    if [ -f "data/$x/.fbank.done" ]; then log "Stage 2: data/$x has features"; continue; fi
+    key=$(audio_key "data/$x")
+    if [ -f "data/$x/feats.scp" ] && up_to_date "data/$x/.fbank.done" "$key" "data/$x/wav.scp"; then
+      log "Stage 2: data/$x has features"; continue
+    fi
+    [ ! -f "data/$x/.fbank.done" ] || log "Stage 2: data/$x changed since its features (audio tables or fbank options)"
     log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
     python -m gossip_accel.bin.compute_fbank --data "data/$x" --out "fbank/$x" --nj "$nj" --num-mel-bins "$num_mel_bins" \
       --sample-rate "$sample_rate" $([ "$allow_pipes" = true ] && echo --allow-pipes)
-    touch "data/$x/.fbank.done"
+    echo "$key" > "data/$x/.fbank.done"
   done
   # the training set's CMVN (every set's features are normalized with it): computed once, again
   # only when its features were recomputed; never for a test set prepared alone
