@@ -183,7 +183,11 @@ def test_segments_and_the_step_budget():
     segs = elastic.segments_after([[4, 2]], 3, 5)
     assert segs == [(4, 2), (3, 5)] and elastic.steps_done(segs) == 7 and elastic.batches_done(segs) == 23
     conf = RunConf(max_steps_per_epoch=10)
-    assert local_steps(range(100), conf, 7) == 3 and local_steps(range(2), conf, 7) == 2
+    assert local_steps(range(100), conf, segs, 2) == 3 and local_steps(range(2), conf, segs, 2) == 2
+    # an epoch of 40 batches of all workers: 23 consumed, the rest shared by 2 workers, rounded up
+    batches = RunConf(max_batches_per_epoch=40)
+    assert local_steps(range(100), batches, segs, 2) == 9 and local_steps(range(100), batches, (), 3) == 14
+    assert local_steps(range(5), batches, segs, 2) == 5 and local_steps(range(100), RunConf(), segs, 2) == 100
     assert run_options(RunConf())["elastic"] is True
 
 

@@ -47,6 +47,16 @@ def test_warmup_epochs_and_steps_together_or_for_another_algorithm_are_errors():
         warmup_in_steps(load_sync_config(None, ["sync.algorithm=easgd"]), 1, 10)
 
 
+def test_epoch_caps_are_one_of_two_positive_numbers():
+    from gossip_accel.train.config import RunConf, check_epoch_caps
+
+    check_epoch_caps(RunConf(max_batches_per_epoch=157))
+    with pytest.raises(ConfigError, match=r"train.max_steps_per_epoch=40 and train.max_batches_per_epoch=157: give one"):
+        check_epoch_caps(RunConf(max_steps_per_epoch=40, max_batches_per_epoch=157))
+    with pytest.raises(ConfigError, match=r"train.max_batches_per_epoch=0: must be >= 1"):
+        check_epoch_caps(RunConf(max_batches_per_epoch=0))
+
+
 # -- the sync settings ----------------------------------------------------------------------------------
 def test_sync_settings_resolve_eta_p_q_for_the_replicas():
     cfg = load_sync_config(None, ["sync.algorithm=gossip_bmuf", "sync.exchange_dtype=bfloat16",
@@ -84,7 +94,9 @@ def bmuf_run(tmp_path_factory) -> tuple[Path, Path, str]:
            "-m", "gossip_accel.bin.train_lm", "--config", str(CONF / "mini.yaml"), "--config",
            str(CONF / "period_16_128.yaml"), "--exp-dir", str(exp), f"data.dir={d}", "sync.algorithm=bmuf",
            "sync.block_momentum=null", "sync.warmup_steps=0", "sync.warmup_period=1",
-           "sync.exchange_dtype=float32", "train.warmup_epochs=0.5", *TINY]
+           "sync.exchange_dtype=float32", "train.warmup_epochs=0.5", *TINY,
+           # the epoch as batches of both workers: ceil(19 / 2) = 10 steps each (the asserts below)
+           "train.max_steps_per_epoch=null", "train.max_batches_per_epoch=19"]
     proc = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return d, exp, proc.stdout + proc.stderr

@@ -49,7 +49,9 @@ class RunConf:
     weight_decay: float = 0.0
     clip_norm: float = 5.0
     seed: int = 1
-    max_steps_per_epoch: Optional[int] = None
+    max_steps_per_epoch: Optional[int] = None  # steps per worker of an epoch at most (the rest of its batches unused)
+    max_batches_per_epoch: Optional[int] = None  # the same cap counted over all workers: each runs ceil(N / workers)
+                                                 # steps, so an epoch is N batches whatever the number of workers
     log_every: int = 20  # TensorBoard scalars every N steps
 
 
@@ -58,6 +60,18 @@ def run_options(train: Any) -> dict:
     return {"cpu": train.cpu, "checkpoint": train.checkpoint, "keep_checkpoints": train.keep_checkpoints,
             "checkpoint_every_steps": train.checkpoint_every_steps, "collective_timeout": train.collective_timeout,
             "elastic": train.elastic, "save_epoch_models": train.save_epoch_models}
+
+
+def check_epoch_caps(train: Any) -> None:
+    """A ConfigError naming both keys when ``train.max_steps_per_epoch`` and ``train.max_batches_per_epoch``
+    are both set, or naming the one that is not a positive number of steps or batches."""
+    steps, batches = train.max_steps_per_epoch, train.max_batches_per_epoch
+    if steps and batches:
+        raise ConfigError(f"train.max_steps_per_epoch={steps} and train.max_batches_per_epoch={batches}: "
+                          "give one cap of an epoch (steps per worker, or batches of all workers)")
+    for key, value in (("max_steps_per_epoch", steps), ("max_batches_per_epoch", batches)):
+        if value is not None and value < 1:
+            raise ConfigError(f"train.{key}={value}: must be >= 1 (or null: no cap)")
 
 
 def warmup_in_steps(sync_cfg: SyncConfig, warmup_epochs: Optional[float], steps_per_epoch: int) -> SyncConfig:

@@ -31,9 +31,9 @@ from .. import shutdown
 from ..sync.config import load_sync_config
 from .checkpoint import CheckpointError
 from .collectives import agree_on_steps, all_mean
-from .config import RunConf, entry_args, run_options, warmup_in_steps
+from .config import RunConf, check_epoch_caps, entry_args, run_options, warmup_in_steps
 from .describe import settings_line
-from .elastic import steps_done
+from .elastic import Segment, batches_done, steps_done
 from .process_group import start_accelerator
 from .run import DistributedRun
 
@@ -142,12 +142,16 @@ def mean_over_workers(measures: Sequence[Measure]) -> list[float]:
     return out
 
 
-def local_steps(batches: Sequence, train: RunConf, done: int = 0) -> int:
-    """This rank's steps of an epoch: its batches, at most ``train.max_steps_per_epoch`` (less the
-    ``done`` steps per worker of the epoch's earlier segments after an elastic resume)."""
-    if not train.max_steps_per_epoch:
-        return len(batches)
-    return max(0, min(len(batches), train.max_steps_per_epoch - done))
+def local_steps(batches: Sequence, train: RunConf, segments: Sequence[Segment] = (), world: int = 1) -> int:
+    """This rank's steps of an epoch: its batches, at most ``train.max_steps_per_epoch`` less the
+    steps per worker of the epoch's earlier ``segments`` (an elastic resume), or at most the
+    ``world`` workers' share, rounded up, of ``train.max_batches_per_epoch`` less the batches
+    those segments consumed (:func:`gossip_accel.train.config.check_epoch_caps`: not both)."""
+    if train.max_steps_per_epoch:
+        return max(0, min(len(batches), train.max_steps_per_epoch - steps_done(segments)))
+    if train.max_batches_per_epoch:
+        return max(0, min(len(batches), -(-(train.max_batches_per_epoch - batches_done(segments)) // world)))
+    return len(batches)
 
 
 def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], list[str]], Any],
@@ -160,11 +164,12 @@ def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], li
     """
     args = entry_args(doc, argv)
     conf = load_conf(args.config, args.overrides)
+    check_epoch_caps(conf.train)
     sync_cfg = load_sync_config(OmegaConf.to_container(conf.sync) or None)
     accelerator = start_accelerator(conf.train.cpu, conf.train.collective_timeout)
     task = make_task(conf, accelerator.process_index, accelerator.num_processes)
     if conf.train.warmup_epochs is not None:
-        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, agree_on_steps(local_steps(task.batches(1), conf.train)))
+        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, agree_on_steps(local_steps(task.batches(1), conf.train, world=accelerator.num_processes)))
     run = DistributedRun(task.model, task.optimizer, sync_cfg, Path(args.exp_dir), scheduler=task.scheduler,
                          accelerator=accelerator, **run_options(conf.train))
     if run.is_main:
@@ -233,7 +238,7 @@ def run_epoch(task: Task, run: DistributedRun, conf: RunConf, epoch: int, name: 
 
     segments = run.segments_before(epoch)  # after an elastic resume: what other worlds ran of this epoch
     batches = task.rest_of_epoch(epoch, segments) if segments else task.batches(epoch)
-    steps = agree_on_steps(local_steps(batches, conf, steps_done(segments)))
+    steps = agree_on_steps(local_steps(batches, conf, segments, run.accelerator.num_processes))
     run.model.train()
     skip = run.start_batch(epoch)
     task.begin_epoch(epoch, saved if skip else {})
