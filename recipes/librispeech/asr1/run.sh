@@ -4,7 +4,8 @@
 # This file holds the corpus's defaults; the stages are utils/run_asr.sh's, the data preparation
 # local/data.sh's. Every option of either is an option here (./run.sh --help lists them).
 #
-#   ./run.sh                                              # mini corpus (synthesized offline), TDNN, 4 CPU workers
+#   ./run.sh              # the full mini recipe (5 h synthesized offline, TDNN 512): one worker, DDP and gossip-BMUF on 4
+#   ./run.sh --mini quick # the quick start's (1.6 h, TDNN 256); ./run.sh --tasks asr at the top: DDP and gossip-BMUF
 #   ./run.sh --librispeech-root /data/LibriSpeech --conf conf/paper/train_dnn.yaml --num-mel-bins 40 --ngpu 8 \
 #            --lm-text /data/librispeech-lm-norm.txt.gz   # openslr.org/11
 #   ./run.sh --stage 4 --algorithms "single ma bmuf gossip_bmuf"     # the comparison of the paper
@@ -15,22 +16,24 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mini corpus (local/data.sh)
+mini=full               # the mini corpus and model, full | quick (below; options given after them win)
 keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, which checks it
 . utils/parse_options.sh
-# The mini corpus: phone units pronounced by flite's own G2P (t2p: how its voices say each word), so the model
-# need not learn English spelling from 2000 sentences, decoded to words by beam_word alone: the word 3-gram of its
-# LM text (the counterpart of librispeech-lm-norm.txt) with a lexicon widened by Debian's wamerican-huge (338k
-# words, installed by stage 5; the LM text's 17k leave 12.2% of test-clean's words out, the list 1.5%), its LM
-# weight and word score tuned on dev-clean. test-clean, characters -> phones: quick start DNNs (DDP, 4 workers)
-# 69.27% -> 37.65% (LM text's lexicon); one 512-wide TDNN of corpus c 25.82% -> 9.45% (RESULTS.md "Phone units").
-# The real LibriSpeech keeps characters and greedy + beam_word (--unit-type phone --lexicon librispeech-lexicon.txt
-# for its phones); beam_lm (--decode-methods "greedy beam_lm beam_word", character units) decodes with beam 16,
-# LM weight 1.0, insertion bonus 2.0, tuned on the mini dev-clean (RESULTS.md, "More varied data").
-# The mini corpus's model is the TDNN (+-0.42 s of context), not the DNN (+-0.11 s): with phones, 4 workers, test-clean
-# DDP 37.65% -> 32.14%, gossip-BMUF 43.75% -> 30.13% with the LM text's lexicon (RESULTS.md "Phone units").
-corpus=(--unit-type char --decode-methods "greedy beam_word")
-[ -n "$librispeech_root" ] || corpus=(--conf conf/train_tdnn.yaml --unit-type phone --g2p flite --decode-methods beam_word
+[[ " $* " != *" --help "* ]] || printf 'Options of this run.sh:\n  --mini <mini> # default: %s (full | quick)\n' "$mini"
+# The mini corpus: phone units of flite's own G2P, decoded to words by beam_word alone (the word 3-gram of its LM
+# text, the lexicon widened by Debian's wamerican-huge; README.md "Phone units and a lexicon"). quick: 20 flite
+# speakers read 1200 sentences once (1.6 h), the 256-wide TDNN. full: 40 flite speakers read 2000 sentences twice,
+# 20 espeak-ng speakers (voices never in dev or test) a third time, speed-perturbed 3-way (5 h, 18000 utterances);
+# the 512-wide TDNN, each utterance's mean and variance normalized (RESULTS.md "More voices in training").
+mini_quick=(--conf conf/train_tdnn.yaml --unit-type phone --g2p flite --decode-methods beam_word
   --lm-text data/mini_librispeech/librispeech-lm-norm.txt --word-list /usr/share/dict/american-english-huge)
+mini_full=("${mini_quick[@]}" --conf conf/train_tdnn512.yaml --algorithms "single ddp gossip_bmuf"
+  --mini-train-utts 2000 --mini-train-readings 3 --mini-speakers-per-voice 10 --speed-perturb "0.9 1.0 1.1"
+  --mini-train-only-voices "espeak-*-m1 espeak-*-m3 espeak-*-f2" --mini-train-only-speakers 20)
+case $mini in quick|full) ;; *) echo "run.sh: --mini $mini: use full or quick" >&2; exit 1 ;; esac
+corpus=(--unit-type char --decode-methods "greedy beam_word")   # the real LibriSpeech's
+[ -n "$librispeech_root" ] || [ "$mini" != quick ] || corpus=("${mini_quick[@]}")
+[ -n "$librispeech_root" ] || [ "$mini" != full ] || corpus=("${mini_full[@]}")
 exec utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
   --num-mel-bins 80 --conf conf/train_dnn.yaml --port 29541 --beam 16 --lm-weight 1.0 --insertion-bonus 2.0 \
   --librispeech-root "$librispeech_root" ${corpus[@]+"${corpus[@]}"} "$@"
