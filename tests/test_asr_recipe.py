@@ -306,6 +306,25 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     last = stages(recipe, "--stage", "2", "--stop-stage", "2")
     assert "cmvn.ark is up to date" in last.stderr and cmvn.stat().st_mtime_ns == cmvn_mtime
 
+    # stage 6 decodes two runs at once (--decode-jobs 2, each logging to <run>/decode.log); one that fails (no
+    # model) is named with the end of its log, the others are decoded all the same
+    import shutil
+    copy, broken = recipe / "exp" / "dnn_copy-n2", recipe / "exp" / "dnn_broken-n2"
+    copy.mkdir()
+    for name in ("config.yaml", "final.pt", "results.json"):
+        shutil.copy(exp / name, copy / name)
+    broken.mkdir()
+    shutil.copy(exp / "config.yaml", broken / "config.yaml")
+    both = run(["bash", str(recipe / "run.sh"), "--stage", "6", "--stop-stage", "6", "--test-sets", "extra", "--avg", "0",
+                "--model-dir", f"{exp} {copy} {broken}"], recipe, check=False)
+    assert both.returncode != 0 and f"Stage 6: decoding failed for {broken}" in both.stderr
+    assert f"decoding dnn_copy-n2 in the background (log: {copy}/decode.log)" in both.stderr
+    assert "Stage 6: dnn_copy-n2 decoded" in both.stderr and (copy / "decode_extra_greedy" / ".done").is_file()
+    assert "decoding data/extra with dnn_copy-n2 (greedy, final)" in (copy / "decode.log").read_text()
+    assert json.loads((copy / "decode_extra_greedy" / "summary.json").read_text())["ref_words"] == 15
+    shutil.rmtree(copy)
+    shutil.rmtree(broken)
+
 
 def test_stage_2_trains_on_speed_perturbed_and_augmented_copies(recipe):
     """--speed-perturb then --augment: data/train_sp_aug1 holds 2 x 2 x the training set, its own CMVN;

@@ -66,6 +66,7 @@ word_list=""             # a dictionary (one word per line) whose words join bea
                          # n-gram has not seen (make_word_lm --word-list); its LM dir is word_lm<N>_<lang>_<list name>
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
 avg=5                    # stage 6 decodes the average of N epoch models of each run; 0: its final model
+decode_jobs=2            # stage 6 decodes this many runs at once (each run's log then in <run>/decode.log)
 avg_mode=best            # best: the N epochs of lowest CV loss (results.json) | last: the last N epochs
 model_dir=""             # stages 6-7: these run dirs (space-separated, globs allowed) instead of --algorithms' runs
 test_only=false          # true: stages 0-2 prepare the test sets alone, stages 3-5 are skipped (decode what exists)
@@ -272,43 +273,62 @@ average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments 
   model_args=(--model "$model")
 }
 
-if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
-  for dir in "${runs[@]}"; do
-    model_args=()
-    for x in $test_sets; do
-      for m in $decode_methods; do
-        out=$dir/decode_${x}_$m$decode_suffix
-        [ "$m" != beam_word ] || out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
-        # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name)
-        if [ -f "$out/.done" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
-          log "Stage 6: $out done"; continue
-        fi
-        if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
-          log "Stage 6: skipping $m for $(basename "$dir"): phone units decode to words through the lexicon only (beam_word)"
-          continue
-        fi
-        [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
-        case $m in
-          greedy) args=(--method greedy) ;;
-          beam) args=(--method beam --beam "$beam") ;;
-          beam_lm)
-            [ "$use_lm" = true ] || { log "Stage 6: skipping beam_lm (--use-lm false)"; continue; }
-            [ -f "$lm_dir/final.pt" ] || die "Stage 6: beam_lm needs the LM $lm_dir/final.pt (stage 5), or --decode-methods greedy"
-            args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
-          beam_word)
-            [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
-            read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
-            args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "${weights[@]}"
-                  --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
-          *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
-        esac
-        log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"
-        python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}" "${model_args[@]}"
-        [ -z "$score_hook" ] || $score_hook "data/$x" "$out"
-        touch "$out/.done"
-      done
+decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x method (the model averaged first)
+  local dir=$1 x m out args weights scores
+  model_args=()
+  for x in $test_sets; do
+    for m in $decode_methods; do
+      out=$dir/decode_${x}_$m$decode_suffix
+      [ "$m" != beam_word ] || out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
+      # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name)
+      if [ -f "$out/.done" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
+        log "Stage 6: $out done"; continue
+      fi
+      if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
+        log "Stage 6: skipping $m for $(basename "$dir"): phone units decode to words through the lexicon only (beam_word)"
+        continue
+      fi
+      [ ${#model_args[@]} -gt 0 ] || average_of "$dir"
+      case $m in
+        greedy) args=(--method greedy) ;;
+        beam) args=(--method beam --beam "$beam") ;;
+        beam_lm)
+          [ "$use_lm" = true ] || { log "Stage 6: skipping beam_lm (--use-lm false)"; continue; }
+          [ -f "$lm_dir/final.pt" ] || die "Stage 6: beam_lm needs the LM $lm_dir/final.pt (stage 5), or --decode-methods greedy"
+          args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
+        beam_word)
+          [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
+          read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
+          args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "${weights[@]}"
+                --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
+        *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
+      esac
+      log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"
+      python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}" "${model_args[@]}"
+      [ -z "$score_hook" ] || $score_hook "data/$x" "$out"
+      touch "$out/.done"
     done
   done
+}
+if [ "$stage" -le 6 ] && [ "$stop_stage" -ge 6 ]; then
+  case $decode_jobs in ''|*[!0-9]*|0) die "--decode-jobs $decode_jobs: a number of runs decoded at once (>= 1)" ;; esac
+  if [ "$decode_jobs" -eq 1 ] || [ ${#runs[@]} -le 1 ]; then
+    for dir in "${runs[@]}"; do decode_run "$dir"; done
+  else   # runs at once, each logging to <run>/decode.log
+    pids=()
+    for dir in "${runs[@]}"; do
+      while [ "$(jobs -rp | wc -l)" -ge "$decode_jobs" ]; do sleep 1; done
+      log "Stage 6: decoding $(basename "$dir") in the background (log: $dir/decode.log)"
+      decode_run "$dir" > "$dir/decode.log" 2>&1 &
+      pids+=($!)
+    done
+    failed=()
+    for i in "${!pids[@]}"; do
+      if wait "${pids[$i]}"; then log "Stage 6: $(basename "${runs[$i]}") decoded"
+      else failed+=("${runs[$i]}"); tail -n 20 "${runs[$i]}/decode.log" >&2; fi
+    done
+    [ ${#failed[@]} -eq 0 ] || die "Stage 6: decoding failed for ${failed[*]} (the end of each decode.log above)"
+  fi
 fi
 
 if [ "$stage" -le 7 ] && [ "$stop_stage" -ge 7 ]; then
