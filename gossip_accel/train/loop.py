@@ -169,7 +169,8 @@ def main(doc: str, argv: Optional[list[str]], load_conf: Callable[[list[str], li
     accelerator = start_accelerator(conf.train.cpu, conf.train.collective_timeout)
     task = make_task(conf, accelerator.process_index, accelerator.num_processes)
     if conf.train.warmup_epochs is not None:
-        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, agree_on_steps(local_steps(task.batches(1), conf.train, world=accelerator.num_processes)))
+        first = agree_on_steps(local_steps(task.batches(1), conf.train, world=accelerator.num_processes))
+        sync_cfg = warmup_in_steps(sync_cfg, conf.train.warmup_epochs, first)
     run = DistributedRun(task.model, task.optimizer, sync_cfg, Path(args.exp_dir), scheduler=task.scheduler,
                          accelerator=accelerator, **run_options(conf.train))
     if run.is_main:
