@@ -144,7 +144,7 @@ made_from=""
 copy_needed() {  # copy_needed SRC DST OPTIONS: stage 2 runs and DST was not made from SRC's audio with OPTIONS
   [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ] || return 1
   made_from="$(audio_key "$1") $3"
-  if [ -f "$2/.made_from" ]; then up_to_date "$2/.made_from" "$made_from" "$1/wav.scp" && return 1
+  if [ -f "$2/.made_from" ]; then [ "$(cat "$2/.made_from")" != "$made_from" ] || return 1
   elif [ -f "$2/.fbank.done" ] && [ ! -s "$2/.fbank.done" ] && [ ! "$1/wav.scp" -nt "$2/.fbank.done" ]; then
     echo "$made_from" > "$2/.made_from"; return 1   # made before the keys, and after SRC's last change
   fi
