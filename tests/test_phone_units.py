@@ -122,7 +122,8 @@ def test_bad_lexicons_and_options_name_the_file_or_option(tmp_path, lexicon):
 @needs_flite
 def test_flite_g2p_batches_equal_one_word_calls_and_fill_the_lexicon(tmp_path, lexicon):
     words = [f"{a}{b}{c}ton" for a in "bdgklmnprst" for b in "aeiou" for c in "lmnr"][:250]   # > one batch of 200
-    batched = flite_g2p(words)
+    batched = flite_g2p(words, jobs=3)
+    assert list(flite_g2p(words, jobs=1).items()) == list(batched.items())   # parallel batches: same result, same order
     one_by_one = {}
     for w in words[:: 25]:
         one_by_one.update(flite_g2p([w]))
