@@ -243,6 +243,7 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     tuning = json.loads((exp / "word_tuning_avg_best2.json").read_text())
     assert tuning["tune_data"] == "data/dev" == words["tuned_on"] and len(tuning["wer"]) == 9
     assert tuning["chosen_wer"] == min(tuning["wer"]) and tuning["chosen"] == [words["word_lm_weight"], words["word_score"]]
+    assert words["beam"] == 400 and words["beam_size_token"] == 6 == tuning["beam_size_token"]   # run_asr.sh's defaults
     lexicon = {line.split()[0] for line in (word_lm / "lexicon.txt").read_text().splitlines()}
     hyp_lines = (exp / "decode_test_beam_word_avg_best2" / "hyp.txt").read_text().splitlines()
     assert {w for line in hyp_lines for w in line.split()[1:]} <= lexicon      # only lexicon words come out
@@ -250,10 +251,10 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     table = (recipe / "exp" / "RESULTS.md").read_text().splitlines()
     assert table[0].startswith("| run | %WER test | %CER test | MB sent/step/worker |")
     assert any(line.startswith("| dnn_bmuf-n2 |") for line in table[:3])
-    assert "At a glance: word (beam 200) + word LM decoding of each run's model avg_best2" in "\n".join(table)
+    assert "At a glance: word (beam 400, 6 units a frame) + word LM decoding of each run's model avg_best2" in "\n".join(table)
     epochs = " ".join(map(str, rec["epochs"]))
     assert any(f"| test | greedy | avg_best2: epochs {epochs} |" in line for line in table)
-    assert any(f"| test | word (beam 200) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
+    assert any(f"| test | word (beam 400, 6 units a frame) + word LM | avg_best2: epochs {epochs} |" in line for line in table)
     assert "\n".join(table) in first.stdout
     # --word-list: the lexicon widened by a dictionary, in its own LM dir, decoded beside the plain lexicon;
     # the table at a glance takes it
@@ -272,8 +273,8 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
                                                                                             wide["word_score"]]
     assert json.loads((exp / "word_tuning_avg_best2.json").read_text())["word_lm"] == "data/word_lm2_lang_char"
     table = (recipe / "exp" / "RESULTS.md").read_text()
-    assert "At a glance: word (beam 200) + word LM + dict.txt decoding" in table
-    assert "| test | word (beam 200) + word LM |" in table and "| test | word (beam 200) + word LM + dict.txt |" in table
+    assert "At a glance: word (beam 400, 6 units a frame) + word LM + dict.txt decoding" in table
+    assert "| test | word (beam 400, 6 units a frame) + word LM |" in table and "| test | word (beam 400, 6 units a frame) + word LM + dict.txt |" in table
     # another list of the same file name: its LM dir is rebuilt (not taken for the first list's) and re-decoded
     (recipe / "other").mkdir()
     (recipe / "other" / "dict.txt").write_text("deal\n")

@@ -86,7 +86,7 @@ def test_run_sh_all_asr_stages(tmp_path):
     assert "%CER" in table.splitlines()[0]
     for run_name in ("tdnn_ddp-n3", "tdnn_gossip_bmuf-n3"):
         for test_set in ("test_clean", "test_other"):
-            assert f"| {test_set} | word (beam 200) + word LM + words.txt |" in table and f"| {run_name} |" in table
+            assert f"| {test_set} | word (beam 400, 6 units a frame) + word LM + words.txt |" in table and f"| {run_name} |" in table
     assert "| greedy |" not in table
     summary = json.loads((exp / "tdnn_ddp-n3" / "decode_test_clean_beam_word_words.txt_avg_best5" / "summary.json").read_text())
     assert (summary["word_lm_weight"], summary["word_score"], summary["tuned_on"]) == (3.0, -1.0, None)   # fixed

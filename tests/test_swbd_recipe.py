@@ -80,7 +80,7 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     table = (exp / "RESULTS.md").read_text()
     for half in ("eval2000_swbd", "eval2000_callhome"):
         assert f"| {half} | greedy |" in table and f"| {half} | beam (beam 8) + LM |" in table
-        assert f"| {half} | word (beam 200) + word LM |" in table
+        assert f"| {half} | word (beam 400, 6 units a frame) + word LM |" in table
     # the word LM's lexicon spells words in the BPE units, as sentencepiece writes them at a word start
     lexicon = (data / "word_lm3_lang_bpe60" / "lexicon.txt").read_text(encoding="utf-8").splitlines()
     assert lexicon and all(line.split()[1].startswith("\u2581") for line in lexicon)

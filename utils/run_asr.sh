@@ -59,7 +59,8 @@ beam=8
 lm_weight=0.5
 insertion_bonus=1.0
 word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding), made when --decode-methods has beam_word
-word_beam=200            # beam_word: the beam; the LM weights and scores per word tried on the dev set
+word_beam=400            # beam_word: the beam, and the units tried per frame (flashlight's beam_size_token): 400 and 6
+word_beam_tokens=6       # beat 200 and all units in WER and time on dev-clean (recipes/librispeech/asr1/RESULTS.md)
 word_lm_weights="1 2 3"  # (the pair of lowest dev WER decodes the test sets, as Kaldi's scoring picks its
 word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>[_<list name>].json keeps every pair's dev WER)
 word_list=""             # a dictionary (one word per line) whose words join beam_word's lexicon as words the
@@ -299,8 +300,8 @@ decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x meth
         beam_word)
           [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
           read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
-          args=(--method word --beam "$word_beam" --word-lm-dir "$word_lm_dir" --word-lm-weight "${weights[@]}"
-                --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
+          args=(--method word --beam "$word_beam" --beam-size-token "$word_beam_tokens" --word-lm-dir "$word_lm_dir"
+                --word-lm-weight "${weights[@]}" --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
         *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
       esac
       log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"

@@ -39,7 +39,8 @@ def decodes(run: Path) -> dict[Key, dict]:
         d = json.loads(summ.read_text())
         words = f" + {Path(d['word_list']).name}" if d.get("word_list") else ""  # the lexicon's dictionary
         lm = f" + word LM{words}" if d.get("word_lm") else " + LM" if d.get("lm") else ""
-        method = d["method"] + (f" (beam {d['beam']})" if d.get("beam") else "") + lm
+        tokens = f", {d['beam_size_token']} units a frame" if d.get("beam_size_token") else ""
+        method = d["method"] + (f" (beam {d['beam']}{tokens})" if d.get("beam") else "") + lm
         out[(Path(d["data"]).name, method, d.get("checkpoint", "final"))] = d
     return out
 

@@ -5,7 +5,7 @@
         [--lm-dir exp/lm_bpe --lm-weight 0.3 --insertion-bonus 1.0] \\
         [--model exp/dnn_gossip_bmuf-n4/avg_best5.pt]   # default: <exp-dir>/final.pt
     python -m gossip_accel.bin.decode_asr ... --method word --word-lm-dir data/word_lm3_lang_char \\
-        --beam 200 [--word-lm-weight 1 2 3 --word-score -1 0 1 --tune-data data/dev_clean]
+        --beam 400 --beam-size-token 6 [--word-lm-weight 1 2 3 --word-score -1 0 1 --tune-data data/dev_clean]
 
 Greedy (best path) decoding is batched; beam search is CTC prefix beam search
 (gossip_accel.asr.ctc_decode), optionally with shallow fusion of a unit-level LSTMP LM
@@ -120,14 +120,14 @@ def tuning_record(exp: Path, weights: Path, word_lm: Path) -> Path:
     return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}.json"
 
 
-def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
+def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int, beam_size_token: int,
                        grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
     """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
 
     Kept in ``record`` and reused while the model file, the word LM, the data and the grid are the same."""
     key = {"model_file": str(weights), "model_mtime": weights.stat().st_mtime_ns, "tune_data": str(tune_data),
            "word_lm": str(word_lm), "word_lm_mtime": (word_lm / "lexicon.txt").stat().st_mtime_ns, "beam": beam,
-           "grid": [list(g) for g in grid]}
+           "beam_size_token": beam_size_token, "grid": [list(g) for g in grid]}
     if record.is_file():
         old = json.loads(record.read_text())
         if {k: old.get(k) for k in key} == key:
@@ -137,7 +137,8 @@ def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, 
     refs = read_table(tune_data / "text")
     wers = []
     for lm_weight, word_score in tqdm(grid, desc=f"tune {len(grid)} (LM weight, word score)", mininterval=2.0):
-        dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score)
+        dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score,
+                          beam_size_token=beam_size_token or None)
         hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
     best = min(range(len(grid)), key=lambda i: (wers[i], i))
@@ -157,6 +158,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--method", choices=["greedy", "beam", "word"], default="greedy")
     ap.add_argument("--beam", type=int, default=8)
+    ap.add_argument("--beam-size-token", type=int, default=0,
+                    help="--method word: the units tried at each frame, the best first (flashlight's beam_size_token; "
+                         "default 0: every unit)")
     ap.add_argument("--lm-dir", help="a unit-level LM run dir (config.yaml, final.pt) for shallow fusion")
     ap.add_argument("--lm-weight", type=float, default=0.3)
     ap.add_argument("--insertion-bonus", type=float, default=0.0)
@@ -197,10 +201,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                                  f"to choose one")
             if len(grid) > 1:
                 tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
-                                            grid, tuning_record(exp, weights, Path(args.word_lm_dir)), weights,
-                                            args.max_frames)
+                                            args.beam_size_token, grid,
+                                            tuning_record(exp, weights, Path(args.word_lm_dir)), weights, args.max_frames)
                 grid = [tuple(tuning["chosen"])]
-            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1])
+            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1],
+                                beam_size_token=args.beam_size_token or None)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
@@ -225,6 +230,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None,
                **({"word_lm": args.word_lm_dir, "word_list": word_list_of(Path(args.word_lm_dir)),
                    "word_lm_weight": words.lm_weight, "word_score": words.word_score,
+                   "beam_size_token": args.beam_size_token or None,
                    "tuned_on": tuning["tune_data"] if tuning else None} if words is not None else {}),
                **stats.as_dict(),
                "left_out_before_decoding": dropped}
