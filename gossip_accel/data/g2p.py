@@ -7,7 +7,7 @@ Phones are CMU ARPAbet in lower case without stress marks (``drumheller`` -> ``d
 as ``flite -ps`` prints what a voice speaks. Words go to ``t2p`` in batches, one sentence per word
 (``w1. w2. ...``), and the phones between its pauses are split back into words; a batch whose count of
 pauses does not match its words is redone one word per call. About 0.15 ms a word; the batches run in
-parallel, one ``t2p`` per CPU (a 340k-word dictionary: 51 s -> 26 s on 2 cores). A word alone is
+parallel, one ``t2p`` per CPU (a 348k-word dictionary: 51 s -> 28 s on 2 cores). A word alone is
 said as in isolation, so the article ``a`` would be the letter (``ey``); it gets the reduced ``ax``
 that the voices say in running text first, and ``ey`` second (as LibriSpeech's lexicon: ``A AH0``, ``A EY1``).
 
