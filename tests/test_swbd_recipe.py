@@ -67,11 +67,11 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     assert (data / "lang_bpe60" / "bpe.model").is_file()
     # stage 4: gossip-BMUF, 3 workers; stage 6: filtered scoring of each half
     exp = recipe / "exp"
-    res = json.loads((exp / "dnn_gossip_bmuf-n3" / "results.json").read_text())
+    res = json.loads((exp / "tdnn_gossip_bmuf-n3" / "results.json").read_text())
     assert res["workers"] == 3 and res["bytes_sent_per_step_per_worker"] > 0
     for half in ("eval2000_swbd", "eval2000_callhome"):
         for m in ("greedy", "beam_lm", "beam_word"):
-            d = exp / "dnn_gossip_bmuf-n3" / f"decode_{half}_{m}_avg_best5"   # the average decoded by default
+            d = exp / "tdnn_gossip_bmuf-n3" / f"decode_{half}_{m}_avg_best5"   # the average decoded by default
             s = json.loads((d / "summary.json").read_text())
             assert "filter" in s and s["unfiltered"]["ref_words"] >= s["ref_words"] > 0
             assert (d / "unfiltered" / "wer").is_file() and (d / "wer").read_text().startswith("%WER")
@@ -101,7 +101,7 @@ def test_swbd_training_stage_on_two_nodes(prepared):
              for r in (1, 0)]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outs)
-    run_dir = recipe / "exp" / "dnn_ma-n2"
+    run_dir = recipe / "exp" / "tdnn_ma-n2"
     res = json.loads((run_dir / "results.json").read_text())
     assert res["workers"] == 2 and res["bytes_sent_per_step_per_worker"] > 0
     assert (run_dir / "train.node1.log").is_file() and "this is node 1" in outs[0]

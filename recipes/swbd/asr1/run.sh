@@ -5,7 +5,7 @@
 # This file holds the corpus's defaults; the stages are utils/run_asr.sh's, the data preparation
 # local/data.sh's. Every option of either is an option here (./run.sh --help lists them).
 #
-#   ./run.sh                                              # mini corpus (synthesized offline), DNN, 4 CPU workers
+#   ./run.sh                                              # mini corpus (synthesized offline), TDNN, 4 CPU workers
 #   ./run.sh --swbd-root /data/LDC97S62 --eval2000-speech /data/LDC2002S09/hub5e_00 \
 #            --eval2000-transcripts /data/LDC2002T43 --conf conf/train_cldnn.yaml --ngpu 8
 #   ./run.sh --stage 4 --algorithms "single ma bmuf gossip_bmuf"     # the comparison
@@ -26,7 +26,7 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 # local/data.sh): SWB DDP 76.22% -> 50.32%, gossip-BMUF 87.47% -> 66.88% against BPE 100 (README.md "Results").
 corpus=(--vocab-size 500)   # BPE units
 [ -n "$swbd_root" ] || corpus=(--unit-type phone --g2p flite --decode-methods beam_word --vocab-size 100   # (BPE: 100)
-  --lm-text data/mini_swbd/lm_text.txt)
+  --lm-text data/mini_swbd/lm_text.txt --conf conf/train_tdnn.yaml)   # the TDNN: README.md "Results", 2026-12-05
 exec utils/run_asr.sh --train-set train_nodup --dev-set train_dev --test-sets "eval2000_swbd eval2000_callhome" \
   --sample-rate 8000 --num-mel-bins 40 --unit-type bpe --conf conf/train_dnn.yaml --score-hook local/score.sh \
   --decode-methods "greedy beam_word" \
