@@ -23,11 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from gossip_accel.asr.scoring import compute_wer  # noqa: E402
 from gossip_accel.asr.word_lm import WordDecoder  # noqa: E402
-from gossip_accel.bin.decode_asr import load_weights, log_probs  # noqa: E402
-from gossip_accel.bin.train_asr import build_model, feature_dim, load_cmvn, load_conf  # noqa: E402
-from gossip_accel.data.asr import load_utterances  # noqa: E402
+from gossip_accel.bin.decode_asr import load_run, log_probs  # noqa: E402
 from gossip_accel.data.kaldi import read_table  # noqa: E402
-from gossip_accel.data.units import load_units  # noqa: E402
 
 DEFAULT_SETTINGS = ["50:0:25", "100:0:25", "200:0:25", "200:0:15", "200:12:25", "300:8:25", "400:4:25", "400:6:25",
                     "600:6:25"]
@@ -57,13 +54,8 @@ def main() -> None:
     exp, data, lm_dir = Path(args.exp_dir), Path(args.data), Path(args.word_lm_dir)
     weights = Path(args.model) if args.model else exp / "final.pt"
 
-    conf = load_conf([str(exp / "config.yaml")], [])
-    tok = load_units(conf.data.lang)
-    utts, _ = load_utterances(data, tok.encode)
-    model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
-    load_weights(model, weights, exp / "config.yaml")
-    model.eval()
-    emissions = list(log_probs(model, utts, load_cmvn(conf), 20000, f"forward {data.name}"))
+    _, tok, utts, _, cmvn, model = load_run(exp, weights, data)
+    emissions = list(log_probs(model, utts, cmvn, 20000, f"forward {data.name}"))
     refs = read_table(data / "text")
     start = time.perf_counter()
     WordDecoder(lm_dir, tok, lm_weight=args.lm_weight, word_score=args.word_score)

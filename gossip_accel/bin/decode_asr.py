@@ -98,6 +98,17 @@ def load_weights(model: torch.nn.Module, path: Path, conf_path: Path) -> None:
                          f"with the config it was trained with") from None
 
 
+def load_run(exp: Path, weights: Path, data: Path):
+    """A training run's conf, units, the utterances of ``data`` (and the counts left out), the CMVN, and its
+    model with ``weights`` in eval mode: what decoding ``data`` needs (also bench/word_beam.py)."""
+    conf = load_conf([str(exp / "config.yaml")], [])
+    tok = load_units(conf.data.lang)
+    utts, dropped = load_utterances(data, tok.encode)
+    model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
+    load_weights(model, weights, exp / "config.yaml")
+    return conf, tok, utts, dropped, load_cmvn(conf), model.eval()
+
+
 def log_probs(model: torch.nn.Module, utts, cmvn, max_frames: int, desc: str):
     """(utterance ids, log-probs (B, T, V), output lengths) of each length-bucketed batch."""
     with torch.no_grad():
@@ -120,7 +131,8 @@ def tuning_record(exp: Path, weights: Path, word_lm: Path) -> Path:
     return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}.json"
 
 
-def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int, beam_size_token: int,
+def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
+                       beam_size_token: Optional[int],
                        grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
     """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
 
@@ -138,7 +150,7 @@ def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, 
     wers = []
     for lm_weight, word_score in tqdm(grid, desc=f"tune {len(grid)} (LM weight, word score)", mininterval=2.0):
         dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score,
-                          beam_size_token=beam_size_token or None)
+                          beam_size_token=beam_size_token)
         hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
     best = min(range(len(grid)), key=lambda i: (wers[i], i))
@@ -174,22 +186,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = ap.parse_args(argv)
 
     exp, data, out = Path(args.exp_dir), Path(args.data), Path(args.out)
+    token_beam = args.beam_size_token or None   # flashlight's "every unit"
     weights = Path(args.model) if args.model else exp / "final.pt"
     for f in (exp / "config.yaml", weights):
         if not f.is_file():
             raise SystemExit(f"decode_asr: {f} not found; run the training stage first"
                              + (" (and gossip_accel.bin.average_checkpoints)" if f == weights and args.model else ""))
     try:   # expected bad input: one line, no traceback (ConfigError and DataDirError are ValueErrors)
-        conf = load_conf([str(exp / "config.yaml")], [])
-        tok = load_units(conf.data.lang)
+        conf, tok, utts, dropped, cmvn, model = load_run(exp, weights, data)
         if isinstance(tok, LexiconTokenizer) and args.method != "word":
             raise ValueError(f"{conf.data.lang} holds phone units: they decode to words only through a lexicon "
                              f"(--method word), not --method {args.method}")
-        utts, dropped = load_utterances(data, tok.encode)
-        cmvn = load_cmvn(conf)
-        model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
-        load_weights(model, weights, exp / "config.yaml")
-        model.eval()
         lm = UnitLM(Path(args.lm_dir), tok.id_to_token) if args.lm_dir else None
         words = tuning = None
         if args.method == "word":
@@ -201,11 +208,11 @@ def main(argv: Optional[list[str]] = None) -> None:
                                  f"to choose one")
             if len(grid) > 1:
                 tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
-                                            args.beam_size_token, grid,
+                                            token_beam, grid,
                                             tuning_record(exp, weights, Path(args.word_lm_dir)), weights, args.max_frames)
                 grid = [tuple(tuning["chosen"])]
             words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1],
-                                beam_size_token=args.beam_size_token or None)
+                                beam_size_token=token_beam)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
@@ -230,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                "lm": args.lm_dir, "lm_weight": args.lm_weight if lm else None,
                **({"word_lm": args.word_lm_dir, "word_list": word_list_of(Path(args.word_lm_dir)),
                    "word_lm_weight": words.lm_weight, "word_score": words.word_score,
-                   "beam_size_token": args.beam_size_token or None,
+                   "beam_size_token": token_beam,
                    "tuned_on": tuning["tune_data"] if tuning else None} if words is not None else {}),
                **stats.as_dict(),
                "left_out_before_decoding": dropped}
