@@ -287,6 +287,22 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     again = stages(recipe, "--stage", "5", "--stop-stage", "6", "--avg", "2", "--decode-methods", "beam_word",
                    "--word-lm-order", "2", "--word-list", str(recipe / "other" / "dict.txt"))
     assert "word_lm2_lang_char_dict.txt exists" in again.stderr and "dict.txt_avg_best2 done" in again.stderr
+    # --lm-text: rebuilt when the text is newer than the LM (local/data.sh rewrote it), taken as it is otherwise
+    lm_text = recipe / "lm.txt"
+    lm_text.write_text("HELLO DEAL\nMOSS DEAL\n")
+    lm_opts = ("--stage", "5", "--stop-stage", "5", "--decode-methods", "beam_word", "--word-lm-order", "2",
+               "--word-list", str(recipe / "other" / "dict.txt"), "--lm-text", str(lm_text))
+    first_text = stages(recipe, *lm_opts)
+    assert f"{lm_text} is newer than data/word_lm2_lang_char_dict.txt: rebuilding it" in first_text.stderr
+    assert "another --word-list" not in first_text.stderr                    # the same list: the text's reason alone
+    assert json.loads((widened / "info.json").read_text())["source"] == str(lm_text)
+    assert "\tHELLO MOSS" not in (widened / "lm.arpa").read_text()
+    assert "word_lm2_lang_char_dict.txt exists" in stages(recipe, *lm_opts).stderr
+    lm_text.write_text("HELLO MOSS\n")
+    later = (widened / ".done").stat().st_mtime + 5
+    os.utime(lm_text, (later, later))
+    assert "rebuilding it" in stages(recipe, *lm_opts).stderr
+    assert "\tHELLO MOSS" in (widened / "lm.arpa").read_text()                  # the new text's bigram
     cmvn = recipe / "data" / "train" / "cmvn.ark"
     cmvn_bytes, cmvn_mtime = cmvn.read_bytes(), cmvn.stat().st_mtime_ns
 

@@ -245,11 +245,16 @@ word_lm_dir=data/word_lm${word_lm_order}_$(basename "$lang")$lexicon_tag
 if [ "$stage" -le 5 ] && [ "$stop_stage" -ge 5 ] && [ "$word_lm_order" -gt 0 ] && [[ " $decode_methods " == *" beam_word "* ]] \
    && ! skip_built 5; then
   built_from=${word_list:+$(realpath -ms "$word_list")}   # .done names the list (absolute; links not followed)
-  if [ -f "$word_lm_dir/.done" ] && [ "$(cat "$word_lm_dir/.done")" = "$built_from" ]; then
+  built_with=$(cat "$word_lm_dir/.done" 2>/dev/null) || built_with="(none)"   # the list it was built with
+  text_newer=false   # the LM text changed since (local/data.sh rewrote it)
+  [ ! -f "$word_lm_dir/.done" ] || [ -z "$lm_text" ] || [ ! "$lm_text" -nt "$word_lm_dir/.done" ] || text_newer=true
+  if [ "$built_with" = "$built_from" ] && [ "$text_newer" = false ]; then
     log "Stage 5: $word_lm_dir exists"
   else
-    [ ! -f "$word_lm_dir/.done" ] || log "Stage 5: $word_lm_dir was built with another --word-list" \
-      "('$(cat "$word_lm_dir/.done")', now '$built_from', the same file name): rebuilding it"
+    [ "$text_newer" = false ] || log "Stage 5: $lm_text is newer than $word_lm_dir: rebuilding it"
+    [ "$built_with" = "$built_from" ] || [ "$built_with" = "(none)" ] \
+      || log "Stage 5: $word_lm_dir was built with another --word-list" \
+      "('$built_with', now '$built_from', the same file name): rebuilding it"
     command -v lmplz >/dev/null 2>&1 || PATH="$("$utils_dir/install_kenlm.sh"):$PATH" \
       || die "Stage 5: KenLM's lmplz is needed for the word LM (above); --word-lm-order 0 goes without it"
     if [ -n "$lm_text" ]; then src=(--plain-text "$lm_text"); else src=(--text "data/$train_set/text"); fi
