@@ -53,7 +53,7 @@ def linked_recipe(src: Path, dst: Path) -> Path:
 def test_run_sh_all_asr_stages(tmp_path):
     recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
     words = tmp_path / "words.txt"   # a small dictionary in place of wamerican-huge's 338k words (decoding time)
-    words.write_text("gossip\nbmuf\nzebra\n")
+    words.write_text("gossip\nbmuf\ndiloco\n")
     args = ["--tasks", "asr", "--num-workers", "3", "--port", str(free_port()), "--asr-dir", str(recipe),
             "--asr-opts", f"--mini-train-utts 40 --mini-eval-utts 8 --word-list {words}",
             "--asr-overrides", "train.max_epochs=1 train.max_steps_per_epoch=4 model.options.hidden=32 "
@@ -80,7 +80,7 @@ def test_run_sh_all_asr_stages(tmp_path):
     # not decoded, and a phone model decodes with beam_word alone); every run x test set has a row
     info = json.loads((recipe / "data" / "word_lm3_lang_phone_words.txt" / "info.json").read_text())
     assert info["source"] == "data/mini_librispeech/librispeech-lm-norm.txt" and info["sentences"] == len(lm_text)
-    assert info["word_list"] == str(words) and info["word_list_added"] >= 2   # ZEBRA, BMUF (GOSSIP may be the LM's)
+    assert info["word_list"] == str(words) and info["word_list_added"] >= 2   # BMUF, DILOCO (GOSSIP is the LM's)
     assert not (exp / "lm_lang_phone").exists()
     table = (exp / "RESULTS.md").read_text()
     assert "%CER" in table.splitlines()[0]
@@ -89,7 +89,8 @@ def test_run_sh_all_asr_stages(tmp_path):
             assert f"| {test_set} | word (beam 400, 6 units a frame) + word LM + words.txt |" in table and f"| {run_name} |" in table
     assert "| greedy |" not in table
     summary = json.loads((exp / "tdnn_ddp-n3" / "decode_test_clean_beam_word_words.txt_avg_best5" / "summary.json").read_text())
-    assert (summary["word_lm_weight"], summary["word_score"], summary["tuned_on"]) == (3.0, -1.0, None)   # fixed
+    assert (summary["word_lm_weight"], summary["word_score"], summary["tuned_on"]) == (3.0, 1.0, None)   # fixed
+    assert "EDMONTON" in lm_text and "THE CAPITAL OF THE PROVINCE OF ALBERTA" in lm_text    # WordNet's words, glosses
     # at a glance: one row per run (its %WER and %CER of each test set, MB/step, vs DDP), first
     head = table.splitlines()[0]
     assert head.startswith("| run | %WER test_clean | %WER test_other | %CER test_clean |") and "vs tdnn_ddp-n3" in head
@@ -134,6 +135,8 @@ def test_librispeech_recipe_default_is_the_full_mini_recipe(tmp_path):
     assert sum(v.startswith("espeak-") for v in train_voices) == 2 and len(train_voices) == 6
     assert stats["subsets"]["train-clean-100"]["utterances"] == 72                 # 24 sentences x 3 readings
     assert not any(v.startswith("espeak-") for v in stats["subsets"]["test-clean"]["voices"])
+    lm_text = (recipe / "data" / "mini_librispeech" / "librispeech-lm-norm.txt").read_text().splitlines()
+    assert "EDMONTON" in lm_text and "THE CAPITAL OF THE PROVINCE OF ALBERTA" in lm_text   # WordNet's words and glosses
     run_dir = recipe / "exp" / "tdnn512_ddp-n2"
     conf = (run_dir / "config.yaml").read_text()
     assert "utterance_cvn: true" in conf and "max_batches_per_epoch: 5" in conf and "train_clean_100_sp" in conf

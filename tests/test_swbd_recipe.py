@@ -64,6 +64,12 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     assert all(u.startswith("sw_") for u in (data / "eval2000_swbd" / "text").read_text().split("\n") if u)
     assert all(u.startswith("en_") for u in (data / "eval2000_callhome" / "text").read_text().split("\n") if u)
     assert "40 mel bins" in prep.stderr                                   # 8 kHz, 40-dim fbank
+    # the LM text: the corpus's (Wikipedia) then WordNet's words and glosses, lower case, no eval2000 sentence
+    lm_text = (data / "lm_text.txt").read_text().splitlines()
+    wiki = (data / "mini_swbd" / "lm_text.txt").read_text().splitlines()
+    assert lm_text[:len(wiki)] == wiki and "edmonton" in lm_text and len(lm_text) > len(wiki) + 300000
+    evals = {" ".join(line.split()[1:]) for line in (data / "eval2000" / "text").read_text().splitlines()}
+    assert evals and not evals & set(lm_text)
     assert (data / "lang_bpe60" / "bpe.model").is_file()
     # stage 4: gossip-BMUF, 3 workers; stage 6: filtered scoring of each half
     exp = recipe / "exp"

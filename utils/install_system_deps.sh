@@ -3,7 +3,8 @@
 # espeak-ng (more voices and accents for the mini LibriSpeech: --mini-train-voices 'espeak-*'),
 # iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl), ffmpeg
 # (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads), and one
-# file: wamerican-huge's word list (the mini LibriSpeech's lexicon words beyond its small LM text).
+# file: wamerican-huge's word list (the mini LibriSpeech's lexicon words beyond its small LM text), and WordNet's
+# data files (wordnet-base: English words and glosses for that LM text, local/make_lm_text.py --wordnet).
 #
 #   utils/install_system_deps.sh            # every command and file below (utils/run_tests.sh: the tests need all)
 #   utils/install_system_deps.sh flite      # only these commands or files (a recipe's local/data.sh: its mini corpus)
@@ -13,7 +14,7 @@
 # all are there.
 set -euo pipefail
 declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg
-                 [/usr/share/dict/american-english-huge]=wamerican-huge)
+                 [/usr/share/dict/american-english-huge]=wamerican-huge [/usr/share/wordnet/data.noun]=wordnet-base)
 cmds=("$@")
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()

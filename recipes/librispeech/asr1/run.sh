@@ -21,12 +21,13 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 . utils/parse_options.sh
 [[ " $* " != *" --help "* ]] || printf 'Options of this run.sh:\n  --mini <mini> # default: %s (full | quick)\n' "$mini"
 # The mini corpus: phone units of flite's own G2P, decoded to words by beam_word alone (the word 3-gram of its LM
-# text, the lexicon widened by Debian's wamerican-huge; README.md "Phone units and a lexicon"). quick: 20 flite
+# text + WordNet's, the lexicon widened by wamerican-huge; README.md "Phone units and a lexicon"). quick: 20 flite
 # speakers read 1200 sentences once (1.6 h), the 256-wide TDNN. full: 40 flite speakers read 2000 sentences twice,
 # 20 espeak-ng speakers (voices never in dev or test) a third time (7.5 h), speed-perturbed 3-way (18000 utterances);
 # the 512-wide TDNN, each utterance's mean and variance normalized (RESULTS.md "More voices in training").
 mini_quick=(--conf conf/train_tdnn.yaml --unit-type phone --g2p flite --decode-methods beam_word
-  --lm-text data/mini_librispeech/librispeech-lm-norm.txt --word-list /usr/share/dict/american-english-huge)
+  --lm-text data/mini_librispeech/librispeech-lm-norm.txt --word-list /usr/share/dict/american-english-huge
+  --mini-lm-wordnet /usr/share/wordnet)
 mini_full=("${mini_quick[@]}" --conf conf/train_tdnn512.yaml --algorithms "single ddp gossip_bmuf"
   --mini-train-utts 2000 --mini-train-readings 3 --mini-speakers-per-voice 10 --speed-perturb "0.9 1.0 1.1"
   --mini-train-only-voices "espeak-*-m1 espeak-*-m3 espeak-*-f2" --mini-train-only-speakers 20)

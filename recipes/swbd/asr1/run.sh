@@ -26,7 +26,8 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 # local/data.sh): SWB DDP 76.22% -> 50.32%, gossip-BMUF 87.47% -> 66.88% against BPE 100 (README.md "Results").
 corpus=(--vocab-size 500)   # BPE units
 [ -n "$swbd_root" ] || corpus=(--unit-type phone --g2p flite --decode-methods beam_word --vocab-size 100   # (BPE: 100)
-  --lm-text data/mini_swbd/lm_text.txt --conf conf/train_tdnn.yaml)   # the TDNN: README.md "Results", 2026-12-05
+  --lm-text data/lm_text.txt --mini-lm-wordnet /usr/share/wordnet   # its LM text + WordNet's (local/data.sh)
+  --conf conf/train_tdnn.yaml)   # the TDNN: README.md "Results", 2026-12-05
 exec utils/run_asr.sh --train-set train_nodup --dev-set train_dev --test-sets "eval2000_swbd eval2000_callhome" \
   --sample-rate 8000 --num-mel-bins 40 --unit-type bpe --conf conf/train_dnn.yaml --score-hook local/score.sh \
   --decode-methods "greedy beam_word" \

@@ -16,7 +16,7 @@ librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mi
 mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
 mini_eval_utts=120
 test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
-mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant> or patterns ('espeak-*')
+mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant>, pico-en-US/GB or patterns ('espeak-*')
 mini_other_voices=awb   # voices of test-other (unseen in training)
 mini_train_only_voices=""   # voices of the training set alone (dev/test-clean keep the training voices'): e.g. espeak-ng's
 mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice)
@@ -24,6 +24,8 @@ mini_speakers_per_voice=5   # training speakers per training voice
 mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 mini_train_books=""     # more training sentences (after wiki.train's ~2900) from books, LibriSpeech's own text:
                         # original-books.tar.gz (openslr 12) or its folder, or "mini": the Gutenberg recipe's Jane Austen
+mini_lm_wordnet=""      # WordNet 3.0's dict folder (Debian's wordnet-base: /usr/share/wordnet): its words and glosses
+                        # join the LM text (local/make_lm_text.py --wordnet)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -50,7 +52,12 @@ if [ -z "$root" ]; then
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
     --train-only-voices "$mini_train_only_voices" --train-only-speakers "$mini_train_only_speakers" \
     --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
-  python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt"
+  wordnet_opts=()
+  if [ -n "$mini_lm_wordnet" ]; then
+    [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
+    wordnet_opts=(--wordnet "$mini_lm_wordnet")
+  fi
+  python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt" ${wordnet_opts[@]+"${wordnet_opts[@]}"}
 fi
 sets="$train_set $dev_set $test_sets"
 [ "$test_only" = true ] && sets=$test_sets   # (a folder of any name: data/<name with _> reads <root>/<name with ->)

@@ -25,6 +25,8 @@ mini_segs_per_side=15   # ... segments per side (30 x 2 x 15 = 900 training segm
 mini_eval_convs=2       # eval2000 conversations of each half (SWB, CallHome) ...
 mini_eval_segs_per_side=12   # ... and their segments per side
 test_only=false         # true: only eval2000 and its halves (no Switchboard-1 needed)
+mini_lm_wordnet=""      # WordNet 3.0's dict folder (Debian's wordnet-base: /usr/share/wordnet): its words and glosses
+                        # join the mini corpus's LM text in data/lm_text.txt (the mini recipe's --lm-text)
 help_message="Usage: local/data.sh [options]"
 . utils/parse_options.sh
 . utils/log.sh
@@ -33,6 +35,7 @@ if [ "$test_only" = true ] && [ -n "$eval2000_speech" ]; then
   [ -n "$eval2000_transcripts" ] || die "--test-only true --eval2000-speech needs --eval2000-transcripts (LDC2002T43)"
 elif [ -z "$swbd_root" ]; then
   root=data/mini_swbd
+  mini=true
   swbd_root=$root/LDC97S62
   eval2000_speech=$root/LDC2002S09/hub5e_00
   eval2000_transcripts=$root/LDC2002T43
@@ -59,3 +62,12 @@ python local/split_train_dev.py --src data/train --dev "data/$dev_set" --train "
   --dev-utts "$dev_utts" --max-dup "$max_dup"
 python local/eval2000_data_prep.py --speech "$eval2000_speech" --transcripts "$eval2000_transcripts" \
   --out data/eval2000 --wav-style "$wav_style"
+if [ "${mini:-}" = true ]; then   # the LM text: the mini corpus's Wikipedia sentences (+ WordNet's but eval2000's)
+  wordnet_opts=()
+  if [ -n "$mini_lm_wordnet" ]; then
+    [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
+    wordnet_opts=(--wordnet "$mini_lm_wordnet" --lower-case --held-out data/eval2000/text)
+  fi
+  python "$(dirname "$(readlink -f "$0")")/../../../librispeech/asr1/local/make_lm_text.py" --base "$root/lm_text.txt" \
+    --out data/lm_text.txt ${wordnet_opts[@]+"${wordnet_opts[@]}"}
+fi
