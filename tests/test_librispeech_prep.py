@@ -349,6 +349,27 @@ def test_espeak_synthesizer_reads_a_sentence():
     assert abs(len(y) / mm.RATE - len(x) / rate / spk.warp) < 0.01
 
 
+def test_pico_voices_read_with_the_speakers_pitch_and_tempo():
+    assert mm.expand_voices(["pico-*"]) == ["pico-en-US", "pico-en-GB"]
+    mm.check_synthesizers(["pico-en-US", "pico-en-GB"])
+    spk = mm.Speaker(1, "train-clean-100", "pico-en-GB", 1.1, 110.0, 0.95, -3.0)
+    lang, rate, pitch = spk.pico_settings()
+    assert (lang, rate, pitch) == ("en-GB", round(100 / (1.1 * 0.95)), round(100 * 110.0 / 0.95 / 167.0))
+    assert spk.gender == "F" and spk.name().startswith("pico-en-GB f0=110Hz")
+    slow = mm.Speaker(2, "train-clean-100", "pico-en-GB", 1.4, 260.0, 1.0, 0.0)
+    assert slow.pico_settings()[1:] == (round(100 / 1.4), 156)
+    text = "The river flows through the old town."
+    x, rate_hz = mm.synthesize(text, spk)
+    assert rate_hz == mm.RATE and x.dtype == np.float32 and np.abs(x).max() > 0.05
+    fast = mm.Speaker(3, "train-clean-100", "pico-en-GB", 0.8, 110.0, 0.95, -3.0)
+    y, _ = mm.synthesize(text, fast)
+    assert 1.0 < len(y) / mm.RATE < len(x) / mm.RATE < 5.0    # the tempo reaches the engine
+    z = mm.render(x, rate_hz, spk, "u", 0, -60.0)
+    assert abs(len(z) / mm.RATE - len(x) / rate_hz / spk.warp) < 0.01
+    spks = mm.plan_speakers(0, 1, 1, 1, train_only_voices=("pico-en-US", "pico-en-GB"), train_only_speakers=4)
+    assert sorted(s.voice for s in spks if s.voice.startswith("pico-")) == ["pico-en-GB"] * 2 + ["pico-en-US"] * 2
+
+
 def test_resample_is_band_limited_and_accurate():
     rate_in = round(8000 * 1.035)
     t = np.arange(rate_in) / rate_in

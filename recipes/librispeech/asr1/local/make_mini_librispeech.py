@@ -5,7 +5,8 @@
     python local/make_mini_librispeech.py --out /tmp/mini --train-utts 200 --eval-utts 40   # smaller
 
 Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
-kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices) and numpy + soundfile (the project's venv). No network, no sox.
+kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices; the Python package ``ttspico``, SVOX Pico,
+for the pico voices) and numpy + soundfile (the project's venv). No network, no sox.
 
 Output, in the layout of openslr's LibriSpeech (``<out>/LibriSpeech`` is NOT added: ``--out``
 is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the recipe expects):
@@ -18,8 +19,9 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
 Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`` and
 ``test-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
 ``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
-``espeak-*``) varied in tempo (``duration_stretch``; espeak: ``-s``), mean pitch
-(``int_f0_target_mean``; espeak: ``-p``) and vocal-tract length (a resampling warp that moves formants and
+``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``) varied in tempo (``duration_stretch``;
+espeak: ``-s``; pico: its rate), mean pitch (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch) and
+vocal-tract length (a resampling warp that moves formants and
 pitch together, with the tempo change compensated); each speaker has its own recording gain
 and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
@@ -69,6 +71,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zlib
 from collections import deque
@@ -86,6 +89,7 @@ DEFAULT_TEXT = REPO / "local" / "data" / "wiki_mini"
 STAMP = "mini_librispeech.json"
 INSTALL_HINT = "install it with: apt-get install flite   (Debian/Ubuntu; as root, or with sudo)"
 ESPEAK_HINT = "install it with: apt-get install --no-install-recommends espeak-ng   (Debian/Ubuntu; as root, or with sudo)"
+PICO_HINT = "install it with: pip install ttspico==0.3.2   (requirements.txt; the project's venv has it)"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Voice:
     f0_range: tuple[float, float]  # pitch of its variants (Hz)
     description: str
     min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
-    engine: str = "flite"        # "flite" or "espeak" (espeak-ng: voice <accent>+<variant>)
+    engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>) or "pico" (SVOX Pico: language)
 
 
 VOICES = {
@@ -120,6 +124,11 @@ for _acc in ESPEAK_ACCENTS:
         VOICES[f"espeak-{_acc}-{_var}"] = Voice(f"{_acc}+{_var}", _var[0].upper(), _f0, True, (_f0 * 0.8, _f0 * 1.25),
                                                 f"espeak-ng {_acc} variant {_var}", 0.0, "espeak")
 del _acc, _var, _f0
+# SVOX Pico (ttspico, Apache 2.0; an HMM synthesizer where espeak-ng's is formant synthesis, Android's old default):
+# two female voices, US and British English; pitch and rate are percentages of the voice's own (50-200, 20-500).
+for _lang, _f0 in (("en-US", 165.0), ("en-GB", 167.0)):     # median f0 measured (torchaudio detect_pitch_frequency)
+    VOICES[f"pico-{_lang}"] = Voice(_lang, "F", _f0, True, (95.0, 210.0), f"SVOX Pico {_lang} female, HMM", 0.0, "pico")
+del _lang, _f0
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
@@ -425,8 +434,14 @@ class Speaker:
         pitch = min(99, max(0, round(50 * self.f0 / self.warp / v.f0)))
         return ["-v", v.name, "-s", str(round(ESPEAK_RATE / (self.stretch * self.warp))), "-p", str(pitch)]
 
+    def pico_settings(self) -> tuple[str, int, int]:
+        """(language, rate %, pitch %) of SVOX Pico that, followed by the warp, give this speaker."""
+        v = VOICES[self.voice]
+        return (v.name, min(500, max(20, round(100 / (self.stretch * self.warp)))),
+                min(200, max(50, round(100 * self.f0 / self.warp / v.f0))))
+
     def name(self) -> str:
-        if VOICES[self.voice].engine == "espeak":
+        if VOICES[self.voice].engine != "flite":
             return f"{self.voice} f0={self.f0:.0f}Hz tempo={1 / self.stretch:.2f} warp={self.warp:.3f}"
         return f"flite {self.voice} f0={self.f0:.0f}Hz tempo={1 / self.stretch:.2f} warp={self.warp:.3f}"
 
@@ -635,10 +650,31 @@ def espeak_synthesize(text: str, spk: Speaker):
     return (x.mean(axis=1) if x.ndim > 1 else x), rate
 
 
+_pico = threading.local()       # one SVOX Pico engine per thread and language (the engine is not thread-safe)
+
+
+def pico_synthesize(text: str, spk: Speaker):
+    """(float32 samples, rate) of SVOX Pico reading text with the speaker's voice/tempo/pitch."""
+    import numpy as np
+    import ttspico
+    lang, rate, pitch = spk.pico_settings()
+    engines = _pico.__dict__.setdefault("engines", {})
+    if lang not in engines:
+        engines[lang] = ttspico.TtsEngine(lang)
+    eng = engines[lang]
+    eng.rate, eng.pitch = rate, pitch
+    pcm = eng.speak(text) or b""
+    if len(pcm) < 2:
+        raise BuildError(f"SVOX Pico gave no audio for {spk.voice!r} on {text!r}")
+    return np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0, RATE
+
+
+SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "pico": pico_synthesize}
+
+
 def synthesize(text: str, spk: Speaker):
-    """The speaker's synthesizer (flite or espeak-ng, as its voice says) reading text."""
-    engine = VOICES[spk.voice].engine
-    return espeak_synthesize(text, spk) if engine == "espeak" else flite_synthesize(text, spk)
+    """The speaker's synthesizer (flite, espeak-ng or SVOX Pico, as its voice says) reading text."""
+    return SYNTHESIZERS[VOICES[spk.voice].engine](text, spk)
 
 
 def expand_voices(patterns: Iterable[str]) -> list[str]:
@@ -648,19 +684,24 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
     for pat in patterns:
         hits = [v for v in VOICES if fnmatch.fnmatchcase(v, pat)]
         if not hits:
-            raise BuildError(f"no voice matches {pat!r} (flite: {' '.join(v for v in VOICES if not v.startswith('espeak-'))}; "
+            raise BuildError(f"no voice matches {pat!r} (flite: {' '.join(v for v in VOICES if VOICES[v].engine == 'flite')}; "
                              f"espeak-ng: espeak-<accent>-<variant>, accents {' '.join(ESPEAK_ACCENTS)}, "
-                             f"variants {' '.join(ESPEAK_VARIANTS)})")
+                             f"variants {' '.join(ESPEAK_VARIANTS)}; SVOX Pico: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')})")
         out += [v for v in hits if v not in out]
     return out
 
 
 def check_synthesizers(voices: Iterable[str]) -> None:
-    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones."""
+    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones."""
     voices = list(voices)
     check_flite([v for v in voices if VOICES[v].engine == "flite"])
     if any(VOICES[v].engine == "espeak" for v in voices) and shutil.which("espeak-ng") is None:
         raise BuildError(f"the 'espeak-ng' program is not installed (the espeak-* voices need it); {ESPEAK_HINT}")
+    if any(VOICES[v].engine == "pico" for v in voices):
+        import importlib.util
+        if importlib.util.find_spec("ttspico") is None:
+            raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
 
 
 def check_flite(voices: Iterable[str]) -> None:
@@ -873,8 +914,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="each training sentence read by this many speakers (more hours from the same text)")
     ap.add_argument("--eval-utts", type=int, default=Config.eval_utts, help="utterances in each of dev-clean, test-clean, test-other")
     ap.add_argument("--train-voices", default=" ".join(TRAIN_VOICES),
-                    help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, or patterns "
-                         "(e.g. 'kal kal16 rms slt espeak-*')")
+                    help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, SVOX Pico's "
+                         "pico-en-US / pico-en-GB, or patterns (e.g. 'kal kal16 rms slt espeak-*')")
     ap.add_argument("--other-voices", default=OTHER_VOICE, help="voices of test-other (none of --train-voices)")
     ap.add_argument("--train-only-voices", default="",
                     help="voices heard in train-clean-100 alone (dev-clean and test-clean keep --train-voices'), "
