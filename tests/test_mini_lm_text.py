@@ -106,8 +106,12 @@ def test_base_text_extended_in_lower_case_without_held_out_sentences(tmp_path, c
     assert "a city in south central alberta" not in lines and len(lines) == 2 + 9 and lines == [s.lower() for s in lines]
     assert f"(base {base})" in capsys.readouterr().out
     assert lt.main(["--base", str(tmp_path / "none.txt"), "--out", str(out)]) == 1
-    assert "none.txt: missing (--base wants an LM text" in capsys.readouterr().err
+    assert "none.txt: missing (expected --base's LM text" in capsys.readouterr().err
+    (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))
+    assert lt.main(["--base", str(tmp_path / "latin1.txt"), "--out", str(out)]) == 1
+    assert f"{tmp_path / 'latin1.txt'}:2: invalid UTF-8" in capsys.readouterr().err
+    assert lines == out.read_text().splitlines()                                        # the output untouched
     assert lt.main(["--base", str(base), "--held-out", str(tmp_path / "no_text"), "--out", str(out)]) == 1
-    assert "no_text: missing (--held-out wants Kaldi text files" in capsys.readouterr().err
+    assert "no_text: missing (expected --held-out's Kaldi text files" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         lt.main(["--base", str(base), "--corpus", str(tmp_path), "--out", str(out)])     # one source only

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_mini_librispeech import DEFAULT_TEXT, BuildError, eligible_sentences, read_articles  # noqa: E402
+from make_mini_librispeech import DEFAULT_TEXT, BuildError, eligible_sentences, read_articles, read_utf8  # noqa: E402
 
 EVAL_SUBSETS = ("dev-clean", "test-clean", "test-other")
 PROG = "make_lm_text.py"
@@ -64,12 +64,6 @@ def lm_sentences(text_dir: Path, held_out: set[str], max_words: int = 100) -> tu
             continue
         kept.extend(transcripts)
     return kept, dropped
-
-
-def _read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise BuildError(f"{path}: missing (--base wants an LM text, one sentence per line)")
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 WORDNET_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -125,9 +119,7 @@ def kaldi_sentences(paths: list[Path]) -> set[str]:
     """The upper-case word sequences of Kaldi ``text`` files (``<utt-id> <words>`` lines)."""
     out: set[str] = set()
     for path in paths:
-        if not path.is_file():
-            raise BuildError(f"{path}: missing (--held-out wants Kaldi text files: <utt-id> <words> lines)")
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in read_utf8(path, "--held-out's Kaldi text files: <utt-id> <words> lines").splitlines():
             parts = line.split(maxsplit=1)
             if len(parts) == 2:
                 out.add(" ".join(parts[1].upper().split()))
@@ -155,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             leaked = held_out.intersection(sents)
             assert not leaked, f"evaluation sentences in the LM text: {sorted(leaked)[:3]}"
         else:
-            sents = [line for line in _read_lines(args.base) if line.strip()]
+            sents = [line for line in read_utf8(args.base, "--base's LM text, one sentence per line").splitlines()
+                     if line.strip()]
         extra = [line for line in wordnet_lines(args.wordnet) if line not in held_out] if args.wordnet else []
     except BuildError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)

@@ -239,7 +239,8 @@ def normalize(spoken: str) -> tuple[str | None, str]:
     return " ".join(words), ""
 
 
-def _read_utf8(path: Path, expected: str) -> str:
+def read_utf8(path: Path, expected: str) -> str:
+    """The text of a UTF-8 file, or a BuildError naming the file (and the line of the first invalid byte)."""
     if not path.is_file():
         raise BuildError(f"{path}: missing (expected {expected})")
     data = path.read_bytes()
@@ -254,7 +255,7 @@ def read_paragraph_chunks(path: Path, per_article: int = 100) -> list[tuple[str,
     """A token file of one paragraph per line (wikitext tokenization, no titles: e.g. the Gutenberg recipe's
     train.tokens) as articles of ``per_article`` paragraphs each, named ``<file name>:<first line>``."""
     lines = [(i, line.split()) for i, line in enumerate(
-        _read_utf8(path, "a token file of one paragraph per line, e.g. the Gutenberg recipe's data/lm/train.tokens")
+        read_utf8(path, "a token file of one paragraph per line, e.g. the Gutenberg recipe's data/lm/train.tokens")
         .splitlines(), 1) if line.strip()]
     return [(f"{path.name}:{lines[k][0]}", [toks for _, toks in lines[k:k + per_article]])
             for k in range(0, len(lines), per_article)]
@@ -262,7 +263,7 @@ def read_paragraph_chunks(path: Path, per_article: int = 100) -> list[tuple[str,
 
 def read_articles(path: Path) -> list[tuple[str, list[list[str]]]]:
     """A wikitext file as [(title, [paragraph tokens, ...]), ...] (headings dropped)."""
-    text = _read_utf8(path, f"the wikitext-format text, e.g. {DEFAULT_TEXT}/wiki.train.tokens")
+    text = read_utf8(path, f"the wikitext-format text, e.g. {DEFAULT_TEXT}/wiki.train.tokens")
     articles: list[tuple[str, list[list[str]]]] = []
     for line in text.splitlines():
         m = _TITLE.match(line)
