@@ -66,7 +66,7 @@ if [[ " $tasks " == *" asr "* ]]; then
   read -r -a overrides <<< "$asr_overrides"
   log "ASR quick start: $asr_dir/run.sh (results in $asr_dir/$exp/RESULTS.md)"
   # the recipe's quick mini corpus and model (--mini quick: 1.6 h, the 256-wide TDNN, phone units, the dictionary-
-  # widened lexicon, the LM text widened by WordNet; the recipe's default is the full one, about 3 h); the word LM's
+  # widened lexicon, the LM text widened by WordNet; the recipe's default is the full one, 1-2 h); the word LM's
   # weight and word score fixed at 3 and +1 (the pair dev-clean chose for the quick-start TDNNs), so no dev decodes
   "$asr_dir/run.sh" --mini quick --num-workers "$num_workers" --algorithms "$asr_algorithms" --launcher "$launcher" \
     --port $((port + 30)) --exp "$exp" --tag "$tag" --word-lm-weights 3 --word-scores 1 ${opts[@]+"${opts[@]}"} \
