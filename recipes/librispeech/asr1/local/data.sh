@@ -52,12 +52,9 @@ if [ -z "$root" ]; then
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
     --train-only-voices "$mini_train_only_voices" --train-only-speakers "$mini_train_only_speakers" \
     --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
-  wordnet_opts=()
-  if [ -n "$mini_lm_wordnet" ]; then
-    [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
-    wordnet_opts=(--wordnet "$mini_lm_wordnet")
-  fi
-  python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt" ${wordnet_opts[@]+"${wordnet_opts[@]}"}
+  [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
+  python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt" \
+    ${mini_lm_wordnet:+--wordnet "$mini_lm_wordnet"}
 fi
 sets="$train_set $dev_set $test_sets"
 [ "$test_only" = true ] && sets=$test_sets   # (a folder of any name: data/<name with _> reads <root>/<name with ->)

@@ -63,11 +63,7 @@ python local/split_train_dev.py --src data/train --dev "data/$dev_set" --train "
 python local/eval2000_data_prep.py --speech "$eval2000_speech" --transcripts "$eval2000_transcripts" \
   --out data/eval2000 --wav-style "$wav_style"
 if [ "${mini:-}" = true ]; then   # the LM text: the mini corpus's Wikipedia sentences (+ WordNet's but eval2000's)
-  wordnet_opts=()
-  if [ -n "$mini_lm_wordnet" ]; then
-    [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
-    wordnet_opts=(--wordnet "$mini_lm_wordnet" --lower-case --held-out data/eval2000/text)
-  fi
+  [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
   python "$(dirname "$(readlink -f "$0")")/../../../librispeech/asr1/local/make_lm_text.py" --base "$root/lm_text.txt" \
-    --out data/lm_text.txt ${wordnet_opts[@]+"${wordnet_opts[@]}"}
+    --out data/lm_text.txt ${mini_lm_wordnet:+--wordnet "$mini_lm_wordnet" --lower-case --held-out data/eval2000/text}
 fi
