@@ -240,7 +240,7 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     words = json.loads((exp / "decode_test_beam_word_avg_best2" / "summary.json").read_text())
     assert words["method"] == "word" and words["word_lm"] == "data/word_lm2_lang_char" and words["checkpoint"] == "avg_best2"
     # its LM weight and word score: the pair of lowest WER on the dev set, of the 3 x 3 tried there
-    tuning = json.loads((exp / "word_tuning_avg_best2.json").read_text())
+    tuning = json.loads((exp / "word_tuning_avg_best2_on_dev.json").read_text())
     assert tuning["tune_data"] == "data/dev" == words["tuned_on"] and len(tuning["wer"]) == 9
     assert tuning["chosen_wer"] == min(tuning["wer"]) and tuning["chosen"] == [words["word_lm_weight"], words["word_score"]]
     assert words["beam"] == 400 and words["beam_size_token"] == 6 == tuning["beam_size_token"]   # run_asr.sh's defaults
@@ -268,10 +268,10 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     wide = json.loads((exp / "decode_test_beam_word_dict.txt_avg_best2" / "summary.json").read_text())
     assert wide["word_lm"] == "data/word_lm2_lang_char_dict.txt" and wide["word_list"] == str(recipe / "dict.txt")
     assert (exp / "decode_test_beam_word_avg_best2" / "summary.json").is_file()       # the plain decode is kept
-    wtuning = json.loads((exp / "word_tuning_avg_best2_dict.txt.json").read_text())    # tuned apart from the plain one
+    wtuning = json.loads((exp / "word_tuning_avg_best2_dict.txt_on_dev.json").read_text())    # tuned apart from the plain one
     assert wtuning["word_lm"] == "data/word_lm2_lang_char_dict.txt" and wtuning["chosen"] == [wide["word_lm_weight"],
                                                                                             wide["word_score"]]
-    assert json.loads((exp / "word_tuning_avg_best2.json").read_text())["word_lm"] == "data/word_lm2_lang_char"
+    assert json.loads((exp / "word_tuning_avg_best2_on_dev.json").read_text())["word_lm"] == "data/word_lm2_lang_char"
     table = (recipe / "exp" / "RESULTS.md").read_text()
     assert "At a glance: word (beam 400, 6 units a frame) + word LM + dict.txt decoding" in table
     assert "| test | word (beam 400, 6 units a frame) + word LM |" in table and "| test | word (beam 400, 6 units a frame) + word LM + dict.txt |" in table

@@ -156,3 +156,19 @@ def test_word_list_bad_input_is_one_line_naming_the_file(lang, tmp_path):
     ok = cli(tmp_path / "words")
     assert ok.returncode == 0, ok.stderr
     assert f"1 of them from {tmp_path / 'words'}" in ok.stdout
+
+
+def test_tuning_record_is_one_file_per_model_lexicon_and_dev_set(tmp_path):
+    """Tuning the LM weight on another dev set (or with a widened lexicon) keeps the earlier tuning's record."""
+    from gossip_accel.bin.decode_asr import tuning_record
+
+    plain, widened = tmp_path / "word_lm3", tmp_path / "word_lm3_dict"
+    plain.mkdir()
+    widened.mkdir()
+    (widened / "info.json").write_text(json.dumps({"word_list": "/usr/share/dict/american-english-huge"}))
+    model = tmp_path / "avg_best5.pt"
+    names = {tuning_record(tmp_path, model, lm, Path("data") / dev).name
+             for lm in (plain, widened) for dev in ("dev_clean", "dev_other")}
+    assert names == {"word_tuning_avg_best5_on_dev_clean.json", "word_tuning_avg_best5_on_dev_other.json",
+                     "word_tuning_avg_best5_american-english-huge_on_dev_clean.json",
+                     "word_tuning_avg_best5_american-english-huge_on_dev_other.json"}

@@ -62,7 +62,7 @@ word_lm_order=3          # stage 5's word n-gram for beam_word (lexicon decoding
 word_beam=400            # beam_word: the beam, and the units tried per frame (flashlight's beam_size_token): 400 and 6
 word_beam_tokens=6       # beat 200 and all units in WER and time on dev-clean (recipes/librispeech/asr1/RESULTS.md)
 word_lm_weights="1 2 3"  # (the pair of lowest dev WER decodes the test sets, as Kaldi's scoring picks its
-word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>[_<list name>].json keeps every pair's dev WER)
+word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>[_<list name>]_on_<dev set>.json keeps every pair's dev WER)
 word_list=""             # a dictionary (one word per line) whose words join beam_word's lexicon as words the
                          # n-gram has not seen (make_word_lm --word-list); its LM dir is word_lm<N>_<lang>_<list name>
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)

@@ -14,8 +14,8 @@ ASR recipe's LM stage). ``word`` is lexicon-constrained beam search with a KenLM
 (gossip_accel.asr.word_lm; the LM dir of gossip_accel.bin.make_word_lm): only lexicon words
 are output. Given several LM weights and word scores, ``--tune-data`` (a dev set, never the
 test set) picks the pair of lowest WER there, as Kaldi's scoring picks its LM weight; the grid's
-WERs are kept in ``<exp-dir>/word_tuning_<model>.json`` (``..._<list name>.json`` for a lexicon widened
-by a word list) and reused for every test set.
+WERs are kept in ``<exp-dir>/word_tuning_<model>_on_<dev set>.json`` (``word_tuning_<model>_<list name>_on_<dev
+set>.json`` for a lexicon widened by a word list) and reused for every test set.
 Writes ``hyp.txt`` and the scoring files (``wer``, ``per_utt``) to ``--out``, and appends the %WER line to ``--out``/../RESULTS-style summaries via stdout.
 ``summary.json`` names the model decoded (``checkpoint``: its file's stem, ``final`` or an
 average of gossip_accel.bin.average_checkpoints such as ``avg_best5``).
@@ -124,11 +124,12 @@ def word_list_of(word_lm: Path) -> str:
     return json.loads(info.read_text()).get("word_list", "") if info.is_file() else ""
 
 
-def tuning_record(exp: Path, weights: Path, word_lm: Path) -> Path:
-    """Where the tuning of ``weights`` with ``word_lm`` is kept: ``word_tuning_<model>.json``, or
-    ``word_tuning_<model>_<list name>.json`` for a lexicon widened by a word list (both are tuned apart)."""
+def tuning_record(exp: Path, weights: Path, word_lm: Path, tune_data: Path) -> Path:
+    """Where the tuning of ``weights`` with ``word_lm`` on ``tune_data`` is kept: ``word_tuning_<model>_on_<dev
+    set>.json``, or ``word_tuning_<model>_<list name>_on_<dev set>.json`` for a lexicon widened by a word list (each
+    lexicon and each dev set tuned apart, none overwriting another)."""
     words = word_list_of(word_lm)
-    return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}.json"
+    return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}_on_{tune_data.name}.json"
 
 
 def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
@@ -209,7 +210,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             if len(grid) > 1:
                 tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
                                             token_beam, grid,
-                                            tuning_record(exp, weights, Path(args.word_lm_dir)), weights, args.max_frames)
+                                            tuning_record(exp, weights, Path(args.word_lm_dir), Path(args.tune_data)),
+                                            weights, args.max_frames)
                 grid = [tuple(tuning["chosen"])]
             words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1],
                                 beam_size_token=token_beam)
