@@ -189,9 +189,9 @@ def recipe(tmp_path_factory) -> Path:
 
 
 def make_recipe(root: Path) -> Path:
-    """A recipe dir on utils/run_asr.sh whose local/data.sh copies chirp data dirs (train, dev, test, extra)."""
+    """A recipe dir on utils/run_asr.sh whose local/data.sh copies chirp data dirs (train, dev, test, extra, dev_extra)."""
     rng = np.random.default_rng(1)
-    for name, n in (("train", 24), ("dev", 8), ("test", 6), ("extra", 5)):
+    for name, n in (("train", 24), ("dev", 8), ("test", 6), ("extra", 5), ("dev_extra", 5)):
         chirp_dir(root / "corpus", name, n, rng)
     rec = root / "asr1"
     (rec / "local").mkdir(parents=True)
@@ -341,6 +341,34 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
     assert json.loads((copy / "decode_extra_greedy" / "summary.json").read_text())["ref_words"] == 15
     shutil.rmtree(copy)
     shutil.rmtree(broken)
+
+
+def test_a_test_set_tuned_on_a_dev_set_of_its_own(recipe):
+    """--tune-sets extra:dev_extra (LibriSpeech's test_other:dev_other): stages 0-2 prepare dev_extra, stage 6 tunes
+    extra's LM weight and word score on it, test's on --dev-set; a decode tuned on another set is made again."""
+    exp = recipe / "exp" / "dnn_bmuf-n2"   # trained by the stages test above
+    opts = ("--test-only", "true", "--test-sets", "test extra", "--model-dir", str(exp), "--avg", "0",
+            "--decode-methods", "beam_word", "--word-lm-order", "2")
+    first = stages(recipe, *opts, "--tune-sets", "extra:dev_extra")
+    assert "prepared data/dev_extra" in first.stderr and (recipe / "data" / "dev_extra" / "feats.scp").is_file()
+    extra = json.loads((exp / "decode_extra_beam_word" / "summary.json").read_text())
+    test = json.loads((exp / "decode_test_beam_word" / "summary.json").read_text())
+    assert extra["tuned_on"] == "data/dev_extra" and test["tuned_on"] == "data/dev"
+    tuning = json.loads((exp / "word_tuning_final_on_dev_extra.json").read_text())
+    assert tuning["chosen"] == [extra["word_lm_weight"], extra["word_score"]] and len(tuning["wer"]) == 9
+    assert (exp / "decode_extra_beam_word" / ".done").read_text().strip() == "tuned on data/dev_extra"
+    again = stages(recipe, *opts, "--tune-sets", "extra:dev_extra")
+    assert "decode_extra_beam_word done" in again.stderr and "decode_test_beam_word done" in again.stderr
+    # without the pair, extra is tuned on --dev-set: decoded again
+    plain = stages(recipe, *opts)
+    assert "decode_extra_beam_word done" not in plain.stderr and "decode_test_beam_word done" in plain.stderr
+    assert json.loads((exp / "decode_extra_beam_word" / "summary.json").read_text())["tuned_on"] == "data/dev"
+    # one (LM weight, word score) pair: nothing to tune, the pair's dev set is not prepared; a pair of a test set not
+    # decoded is left alone; a malformed pair is named
+    fixed = stages(recipe, *opts, "--word-lm-weights", "1", "--word-scores", "0", "--tune-sets", "extra:dev_none other:x")
+    assert "data/dev_none" not in fixed.stderr and "data/x" not in fixed.stderr
+    bad = run(["bash", str(recipe / "run.sh"), *opts, "--tune-sets", "extra"], recipe, check=False)
+    assert bad.returncode != 0 and "--tune-sets 'extra': a test:dev pair of data set names" in bad.stderr
 
 
 def test_stage_2_trains_on_speed_perturbed_and_augmented_copies(recipe):

@@ -106,7 +106,7 @@ def test_curves_prefer_the_averaged_model_and_put_epochs_on_bytes_and_time():
     assert epoch_ends(logged, logged["history"])[1] == [33.0]
 
 
-def write_run(root: Path, r: dict, decodes: dict[tuple[str, str], float] = {}) -> Path:
+def write_run(root: Path, r: dict, decodes: dict[tuple[str, str], float] = {}, **summary) -> Path:
     d = root / r["name"]
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(r))
@@ -115,7 +115,7 @@ def write_run(root: Path, r: dict, decodes: dict[tuple[str, str], float] = {}) -
         out.mkdir()
         (out / "summary.json").write_text(json.dumps({
             "method": method, "data": f"data/{test_set}", "wer": wer, "cer": wer / 2, "errors": int(wer),
-            "ref_words": 100, "ins": 1, "del": 1, "sub": int(wer) - 2}))
+            "ref_words": 100, "ins": 1, "del": 1, "sub": int(wer) - 2, **summary}))
     return d
 
 
@@ -145,6 +145,15 @@ def test_asr_report_compares_wer_with_the_baseline_run(tmp_path):
     assert dict(zip(header(lines), cells(lines, "dnn_gossip_bmuf-n4")))["%WER vs dnn_ddp-n4"] == "+10.0%"
     assert dict(zip(header(lines), cells(lines, "dnn_ddp-n4")))["%WER vs dnn_ddp-n4"] == "baseline"
     assert lines[-1] == "Baseline: dnn_ddp-n4."
+    every = lines[next(i for i, line in enumerate(lines) if line.startswith("| run | model |")):]   # a row per decode
+    assert dict(zip(header(every), cells(every, "dnn_ddp-n4")))["LM weight / word score (tuned on)"] == "-"   # greedy
+    # a word decode names its LM weight and word score, and the dev set they were tuned on
+    word = write_run(tmp_path / "w", {**result("dnn_single-n1"), **asr}, {("test_other", "word"): 30.0},
+                     word_lm="data/word_lm3", word_lm_weight=3.0, word_score=-1.0, tuned_on="data/dev_other")
+    assert subprocess.run([sys.executable, "-m", "gossip_accel.bin.asr_report", "--out", str(out), str(word)]).returncode == 0
+    lines = out.read_text().splitlines()
+    every = lines[next(i for i, line in enumerate(lines) if line.startswith("| run | model |")):]
+    assert dict(zip(header(every), cells(every, "dnn_single-n1")))["LM weight / word score (tuned on)"] == "3 / -1 (dev_other)"
     alone = subprocess.run([sys.executable, "-m", "gossip_accel.bin.asr_report", "--out", str(out), str(gossip)],
                            capture_output=True, text=True)
     assert alone.returncode == 0 and "vs" not in out.read_text().splitlines()[0]

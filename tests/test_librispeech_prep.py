@@ -412,7 +412,7 @@ def test_build_layout_then_data_prep(tmp_path, capsys):
             assert (info.samplerate, info.channels, info.format, info.subtype) == (16000, 1, "FLAC", "PCM_16")
     assert "test-other" in (out / "SPEAKERS.TXT").read_text() and "| F |" in (out / "SPEAKERS.TXT").read_text()
     assert len([ln for ln in (out / "CHAPTERS.TXT").read_text().splitlines() if not ln.startswith(";")]) == len(trans)
-    for subset in mm.SUBSETS:
+    for subset in mm.subsets_of(cfg):   # no dev-other: cfg has no voices for it
         d = tmp_path / "data" / subset.replace("-", "_")
         assert dp.main(["--src", str(out / subset), "--out", str(d)]) == 0
         assert kd.validate_data_dir(d) == []
@@ -475,6 +475,35 @@ def test_train_only_voices_read_in_train_alone_and_leave_the_rest_unchanged(tmp_
     with pytest.raises(SystemExit):
         mm.main(["--out", str(tmp_path / "o"), "--train-only-speakers", "3"])
     assert "error: --train-only-speakers needs --train-only-voices" in capsys.readouterr().err
+
+
+def test_dev_other_is_read_by_unheard_voices_and_leaves_every_other_subset_unchanged(tmp_path):
+    only = ("espeak-en-us-m1", "espeak-en-gb-f2")
+    base = mm.plan_speakers(0, 5, 2, 8, train_only_voices=only, train_only_speakers=4)
+    dev_other = ("pico-en-US", "pico-en-GB")
+    spks = mm.plan_speakers(0, 5, 2, 8, train_only_voices=only, train_only_speakers=4, dev_other_voices=dev_other)
+    assert spks[:len(base)] == base                              # every other speaker as drawn without it
+    extra = spks[len(base):]
+    assert {s.subset for s in extra} == {"dev-other"} and len(extra) == 8 and len({s.id for s in spks}) == len(spks)
+    assert sorted(s.voice for s in extra) == sorted(dev_other * 4)
+    for heard in ("awb", "kal", "espeak-en-us-m1"):
+        with pytest.raises(mm.BuildError, match=f"the dev-other voice {heard} must be heard neither in training nor"):
+            mm.plan_speakers(0, 1, 1, 1, train_only_voices=only, train_only_speakers=2, dev_other_voices=(heard,))
+    # the corpus with it: the same four subsets, byte for byte, and a fifth of new sentences
+    text = wiki_fixture(tmp_path / "wiki")
+    without, with_it = tmp_path / "without", tmp_path / "with"
+    mm.build(without, small_cfg(text, eval_utts=8), synthesize=fake_synth, read_words=None)
+    cfg = small_cfg(text, eval_utts=8, dev_other_voices=list(dev_other))
+    stats = mm.build(with_it, cfg, synthesize=fake_synth, read_words=None)
+    assert stats["subsets"]["dev-other"]["utterances"] == 8 and stats["subsets"]["dev-other"]["voices"] == sorted(dev_other)
+    files = sorted(f.relative_to(without) for f in without.rglob("*") if f.is_file() and f.name != "SPEAKERS.TXT"
+                   and f.name != "CHAPTERS.TXT")
+    assert files and all((without / f).read_bytes() == (with_it / f).read_bytes() for f in files)
+    trans = {sub: {line.split(" ", 1)[1] for tf in (with_it / sub).glob("*/*/*.trans.txt")
+                   for line in tf.read_text(encoding="utf-8").splitlines()} for sub in mm.SUBSETS}
+    assert len(trans["dev-other"]) == 8 and all(not trans["dev-other"] & trans[s] for s in mm.SUBSETS if s != "dev-other")
+    assert "dev_other_voices" not in mm._stamp_config(small_cfg(text))   # older corpora keep their stamp
+    assert mm.subsets_of(small_cfg(text)) == list(mm.SUBSETS[:4]) and mm.subsets_of(cfg) == list(mm.SUBSETS)
 
 
 def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):

@@ -135,6 +135,10 @@ def test_librispeech_recipe_default_is_the_full_mini_recipe(tmp_path):
     assert sum(v.startswith("espeak-") for v in train_voices) == 2 and len(train_voices) == 6
     assert stats["subsets"]["train-clean-100"]["utterances"] == 72                 # 24 sentences x 3 readings
     assert not any(v.startswith("espeak-") for v in stats["subsets"]["test-clean"]["voices"])
+    # dev-other: voices heard neither in training nor in test-other, prepared for tuning test_other's decoding on
+    dev_other = stats["subsets"]["dev-other"]["voices"]
+    assert len(dev_other) == 8 and not set(dev_other) & set(train_voices) and "awb" not in dev_other
+    assert (recipe / "data" / "dev_other" / "feats.scp").is_file()
     lm_text = (recipe / "data" / "mini_librispeech" / "librispeech-lm-norm.txt").read_text().splitlines()
     assert "EDMONTON" in lm_text and "THE CAPITAL OF THE PROVINCE OF ALBERTA" in lm_text   # WordNet's words and glosses
     run_dir = recipe / "exp" / "tdnn512_ddp-n2"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The stages of every ASR recipe (a recipe's run.sh gives its corpus's defaults and execs this):
-#   0 local/data.sh (the corpus's: Kaldi data dirs data/<train-set>, <dev-set>, <test-sets>)
+#   0 local/data.sh (the corpus's: Kaldi data dirs data/<train-set>, <dev-set>, <test-sets>, and the dev sets of
+#     --tune-sets whose test sets are decoded)
 #   1 validate the data dirs (utils/validate_data_dir.sh; utils/fix_data_dir.sh when needed)
 #   2 fbank features (+ global CMVN on the training set)   3 units (sentencepiece BPE or char, or the phones of
 #     --lexicon and/or --g2p flite's pronunciations: a phone model decodes to words with beam_word alone)
@@ -13,7 +14,8 @@
 #   6 decode every test set (--decode-methods: greedy, beam, beam_lm, beam_word) with the average of each run's
 #     --avg N epoch models (--avg-mode best: the N lowest CV losses; last: the last N; each epoch's
 #     model is the replicas' global average) -> <run>/decode_<set>_<method>_avg_<mode><N>;
-#     --avg 0: the final model -> <run>/decode_<set>_<method>
+#     --avg 0: the final model -> <run>/decode_<set>_<method>; beam_word's LM weight and word score are tuned on
+#     --dev-set, or on a test set's own dev set (--tune-sets "test_other:dev_other", as LibriSpeech's recipes do)
 #   7 <exp>/RESULTS.md: the table at a glance (a row per run: %WER, %CER of each test set, MB sent
 #     per step, vs the baseline), then a WER/CER row per finished run of the model (any algorithm,
 #     any tag), set, method and checkpoint
@@ -63,6 +65,9 @@ word_beam=400            # beam_word: the beam, and the units tried per frame (f
 word_beam_tokens=6       # beat 200 and all units in WER and time on dev-clean (recipes/librispeech/asr1/RESULTS.md)
 word_lm_weights="1 2 3"  # (the pair of lowest dev WER decodes the test sets, as Kaldi's scoring picks its
 word_scores="-1 0 1"     # LM weight; <run>/word_tuning_<model>[_<list name>]_on_<dev set>.json keeps every pair's dev WER)
+tune_sets=""             # test:dev pairs: the dev set a test set's LM weight and word score are tuned on, e.g.
+                         # "test_other:dev_other" (LibriSpeech's); the other test sets are tuned on --dev-set. Stages
+                         # 0-2 prepare the dev sets of the pairs whose test set is decoded, when there is a grid to tune
 word_list=""             # a dictionary (one word per line) whose words join beam_word's lexicon as words the
                          # n-gram has not seen (make_word_lm --word-list); its LM dir is word_lm<N>_<lang>_<list name>
 score_hook=""            # run after each decode as: <hook> <data-dir> <decode-dir> (e.g. a recipe's local/score.sh)
@@ -101,20 +106,36 @@ case $avg_mode in best|last) ;; *) die "--avg-mode $avg_mode: use best or last" 
 checkpoint=final; decode_suffix=""
 [ "$avg" = 0 ] || { checkpoint=avg_${avg_mode}${avg}; decode_suffix=_$checkpoint; }
 case $test_only in true|false) ;; *) die "--test-only $test_only: use true or false" ;; esac
-prep_sets="$train_set $dev_set $test_sets"
+declare -A tune_set_of=()   # test set -> the dev set its word decoding is tuned on (--tune-sets; the rest: --dev-set)
+tune_dev_sets=""            # those dev sets, when beam_word has a grid to tune: prepared in stages 0-2
+for pair in $tune_sets; do
+  [[ $pair == ?*:?* && $pair != *:*:* ]] || die "--tune-sets '$pair': a test:dev pair of data set names (e.g. test_other:dev_other)"
+  [[ " $test_sets " == *" ${pair%%:*} "* ]] || continue   # a test set not decoded this time
+  tune_set_of[${pair%%:*}]=${pair#*:}
+done
+read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
+word_tuning=false           # beam_word tunes its LM weight and word score (a grid of more than one pair)
+[[ " $decode_methods " != *" beam_word "* ]] || [ $((${#weights[@]} * ${#scores[@]})) -le 1 ] || word_tuning=true
+if [ "$word_tuning" = true ]; then
+  for d in "${tune_set_of[@]}"; do
+    [[ " $dev_set $test_sets $tune_dev_sets " == *" $d "* ]] || tune_dev_sets+="${tune_dev_sets:+ }$d"
+  done
+fi
+eval_sets="$test_sets${tune_dev_sets:+ $tune_dev_sets}"   # what stages 0-2 prepare besides the training and dev sets
+prep_sets="$train_set $dev_set $eval_sets"
 skip_built() {  # skip_built STAGE: true (and says so) when --test-only skips that stage
   [ "$test_only" = true ] || return 1
   log "Stage $1: skipped (--test-only true: the units, models and LM exist)"
 }
 if [ "$test_only" = true ]; then
-  prep_sets=$test_sets
+  prep_sets=$eval_sets
   if [ "$stage" -le 0 ] && [ "$stop_stage" -ge 0 ]; then
     grep -q -- '--test-only <' <<< "$(local/data.sh --help 2>&1)" \
       || die "--test-only: this recipe's local/data.sh has no --test-only option (make data/<test set> yourself, then --stage 1)"
   fi
-  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets" --test-only true
+  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$eval_sets" --test-only true
 else
-  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$test_sets"
+  data_prep 0 0 --nj "$nj" --train-set "$train_set" --dev-set "$dev_set" --test-sets "$eval_sets"
 fi
 
 if [ "$stage" -le 1 ] && [ "$stop_stage" -ge 1 ]; then
@@ -157,7 +178,7 @@ if [ -n "$speed_perturb" ] && [ "$test_only" != true ]; then  # sp<f>- copies of
     echo "$made_from" > "data/${train_set}_sp/.made_from"
   fi
   train_set=${train_set}_sp
-  prep_sets="$train_set $dev_set $test_sets"
+  prep_sets="$train_set $dev_set $eval_sets"
 fi
 case $augment in ''|*[!0-9]*) die "--augment $augment: a number of augmented copies (0: none)" ;; esac
 if [ "$augment" -gt 0 ] && [ "$test_only" != true ]; then  # aug<i>- copies; stage 2 adds their noise and reverberation
@@ -168,7 +189,7 @@ if [ "$augment" -gt 0 ] && [ "$test_only" != true ]; then  # aug<i>- copies; sta
     echo "$made_from" > "data/${train_set}_aug$augment/.made_from"
   fi
   train_set=${train_set}_aug$augment
-  prep_sets="$train_set $dev_set $test_sets"
+  prep_sets="$train_set $dev_set $eval_sets"
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
@@ -280,14 +301,21 @@ average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments 
 }
 
 decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x method (the model averaged first)
-  local dir=$1 x m out args weights scores
+  local dir=$1 x m out args weights scores tune made_as
   model_args=()
   for x in $test_sets; do
+    tune=${tune_set_of[$x]:-$dev_set}
     for m in $decode_methods; do
       out=$dir/decode_${x}_$m$decode_suffix
-      [ "$m" != beam_word ] || out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
-      # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name)
-      if [ -f "$out/.done" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
+      made_as=""   # what .done holds: the tuning set of a word decode tuned on another set than --dev-set
+      if [ "$m" = beam_word ]; then
+        out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
+        [ "$tune" = "$dev_set" ] || [ "$word_tuning" = false ] || made_as="tuned on data/$tune"
+      fi
+      # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name) or its
+      # weights were tuned on another set
+      if [ -f "$out/.done" ] && [ "$(cat "$out/.done")" = "$made_as" ] \
+         && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
         log "Stage 6: $out done"; continue
       fi
       if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
@@ -306,13 +334,13 @@ decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x meth
           [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
           read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
           args=(--method word --beam "$word_beam" --beam-size-token "$word_beam_tokens" --word-lm-dir "$word_lm_dir"
-                --word-lm-weight "${weights[@]}" --word-score "${scores[@]}" --tune-data "data/$dev_set") ;;
+                --word-lm-weight "${weights[@]}" --word-score "${scores[@]}" --tune-data "data/$tune") ;;
         *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
       esac
       log "Stage 6: decoding data/$x with $(basename "$dir") ($m, $checkpoint)"
       python -m gossip_accel.bin.decode_asr --exp-dir "$dir" --data "data/$x" --out "$out" "${args[@]}" "${model_args[@]}"
       [ -z "$score_hook" ] || $score_hook "data/$x" "$out"
-      touch "$out/.done"
+      echo "$made_as" > "$out/.done"
     done
   done
 }

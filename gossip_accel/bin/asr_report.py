@@ -58,6 +58,15 @@ def _cer(summary: dict) -> str:
     return f"{summary['cer']:.2f}" if "cer" in summary else "-"
 
 
+def lm_pair(summary: dict) -> str:
+    """A word decode's LM weight and word score, and the dev set they were tuned on (``3 / +1 (dev_other)``);
+    ``-`` for other decodes."""
+    if summary.get("word_lm_weight") is None:
+        return "-"
+    tuned = f" ({Path(summary['tuned_on']).name})" if summary.get("tuned_on") else ""
+    return f"{summary['word_lm_weight']:g} / {summary['word_score']:+g}{tuned}"
+
+
 def _strength(method: str) -> int:
     """0 for the word LM's lexicon decoding (1 without the --word-list words when it has them), then the unit
     LM's, plain beam search, greedy."""
@@ -121,7 +130,8 @@ def main() -> None:
     base, said = choose_baseline(results, args.baseline)
     base_decodes = all_decodes[results.index(base)] if base is not None else {}
     vs = [f"%WER vs {base['name']}"] if base is not None else []
-    cols = ["run", "model", "workers", "periods", "epochs", "test set", "decoding", "checkpoint", "%WER", *vs, "%CER",
+    cols = ["run", "model", "workers", "periods", "epochs", "test set", "decoding", "checkpoint",
+            "LM weight / word score (tuned on)", "%WER", *vs, "%CER",
             "errors", "MB sent/step/worker", "train time (s)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for run, res, decs in zip(runs, results, all_decodes):
@@ -132,7 +142,8 @@ def main() -> None:
                    else [f"{(d['wer'] / ref['wer'] - 1) * 100:+.1f}%"])
             lines.append("| " + " | ".join([
                 res["name"], str(res.get("model", "-")), str(res["workers"]), str(res.get("periods", "-")),
-                str(res["epochs"]), test_set, method, describe_checkpoint(run, ckpt), f"{d['wer']:.2f}", *cmp, _cer(d),
+                str(res["epochs"]), test_set, method, describe_checkpoint(run, ckpt), lm_pair(d), f"{d['wer']:.2f}", *cmp,
+                _cer(d),
                 f"{d['errors']} / {d['ref_words']}, {d['ins']} ins, {d['del']} del, {d['sub']} sub",
                 f"{res['bytes_sent_per_step_per_worker'] / 1e6:.3f}", f"{res['train_seconds']:.0f}"]) + " |")
     glance = glance_table(results, all_decodes, base, args.checkpoint)

@@ -18,6 +18,8 @@ mini_eval_utts=120
 test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
 mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant>, pico-en-US/GB or patterns ('espeak-*')
 mini_other_voices=awb   # voices of test-other (unseen in training)
+mini_dev_other_voices="espeak-*-m2 espeak-en-us-f4"   # voices of dev-other (unseen in training and in test-other:
+                        # the set test-other's LM weight is tuned on, run.sh --tune-sets); "" builds no dev-other
 mini_train_only_voices=""   # voices of the training set alone (dev/test-clean keep the training voices'): e.g. espeak-ng's
 mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice)
 mini_speakers_per_voice=5   # training speakers per training voice
@@ -35,7 +37,7 @@ if [ -z "$root" ]; then
   root=data/mini_librispeech
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
-  [[ "$mini_train_voices $mini_other_voices $mini_train_only_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
+  [[ "$mini_train_voices $mini_other_voices $mini_train_only_voices $mini_dev_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
   book_opts=()
   if [ -n "$mini_train_books" ]; then
     gutenberg=$(dirname "$(readlink -f "$0")")/../../../gutenberg/lm1/local   # the Gutenberg LM recipe's
@@ -49,7 +51,7 @@ if [ -z "$root" ]; then
   fi
   # the builder's own stamp makes a rerun with the same sizes a no-op, and a changed size a rebuild
   python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
-    --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" \
+    --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" --dev-other-voices "$mini_dev_other_voices" \
     --train-only-voices "$mini_train_only_voices" --train-only-speakers "$mini_train_only_speakers" \
     --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
   [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun

@@ -16,8 +16,8 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
     <out>/SPEAKERS.TXT, <out>/CHAPTERS.TXT                           LibriSpeech-style metadata
     <out>/mini_librispeech.json                                     build parameters + statistics
 
-Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`` and
-``test-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
+Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean``, ``test-other``
+and ``dev-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
 ``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
 ``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``) varied in tempo (``duration_stretch``;
 espeak: ``-s``; pico: its rate), mean pitch (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch) and
@@ -25,7 +25,9 @@ vocal-tract length (a resampling warp that moves formants and
 pitch together, with the tempo change compensated); each speaker has its own recording gain
 and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
-test-other is read by a voice never used in training (awb, Scottish-accented male).
+test-other is read by a voice never used in training (awb, Scottish-accented male); dev-other
+(``--dev-other-voices``; ``''`` leaves it out) by voices heard neither in training nor in test-other,
+the set on which test-other's decoding is tuned, as LibriSpeech's dev-other is for its test-other.
 ``--train-readings N`` has every training sentence read by N different speakers (more hours
 from the same text: the sentences that pass the filters run out near 2900). ``--train-only-voices``
 (e.g. ``'espeak-*-m1 espeak-*-f2'``) adds voices heard in train-clean-100 alone, read by
@@ -35,7 +37,7 @@ speakers, they read the second copy of every sentence).
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
-both test sets from ``wiki.test.tokens`` (so sentences, and even articles, are disjoint between
+both test sets from ``wiki.test.tokens``, dev-other after dev-clean (so sentences, and even articles, are disjoint between
 train, dev and test; test-clean and test-other share no sentence). Transcripts are normalized
 LibriSpeech-style: upper case, letters, apostrophes and single spaces; hyphens become spaces.
 Sentences that flite would not read as written are left out: digits, abbreviations, acronyms,
@@ -83,7 +85,8 @@ from typing import Callable, Iterable, Sequence
 PROG = "make_mini_librispeech.py"
 VERSION = 1                      # bump when the output for the same arguments changes
 RATE = 16000
-SUBSETS = ("train-clean-100", "dev-clean", "test-clean", "test-other")
+SUBSETS = ("train-clean-100", "dev-clean", "test-clean", "test-other", "dev-other")   # dev-other last: adding it
+# changes no other subset
 REPO = Path(__file__).resolve().parents[4]
 DEFAULT_TEXT = REPO / "local" / "data" / "wiki_mini"
 STAMP = "mini_librispeech.json"
@@ -131,6 +134,9 @@ for _lang, _f0 in (("en-US", 165.0), ("en-GB", 167.0)):     # median f0 measured
 del _lang, _f0
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
+# dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4 of en-us,
+# one speaker each (the full recipe trains on m1, m3 and f2; RESULTS.md "A dev-other to tune test-other on")
+DEV_OTHER_VOICES = ("espeak-*-m2", "espeak-en-us-f4")
 STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
 WARP_RANGE = (0.92, 1.1)         # vocal-tract / resampling warp
 GAIN_DB_RANGE = (-8.0, 0.0)
@@ -499,13 +505,16 @@ class Utt:
 
 def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_speakers: int,
                   train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE,
-                  train_only_voices: Sequence[str] = (), train_only_speakers: int = 0) -> list[Speaker]:
+                  train_only_voices: Sequence[str] = (), train_only_speakers: int = 0,
+                  dev_other_voices: Sequence[str] = ()) -> list[Speaker]:
     """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids.
 
     ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn).
     ``train_only_voices``: voices heard in train-clean-100 only (none in dev-clean or test-clean), their
     ``train_only_speakers`` dealt to them in turn and listed after the other training speakers; they are drawn
-    from a random stream of their own, so every other speaker is the one drawn without them."""
+    from a random stream of their own, so every other speaker is the one drawn without them.
+    ``dev_other_voices``: the dev-other voices (none of the others), ``other_speakers`` speakers dealt to them in
+    turn, also from a stream of their own."""
     other_voices = [other_voice] if isinstance(other_voice, str) else list(other_voice)
     clash = [v for v in other_voices if v in (*train_voices, *train_only_voices)]
     if clash:
@@ -515,9 +524,14 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     if both:
         raise BuildError(f"the train-only voice {' '.join(both)} is also a training voice of dev-clean and test-clean "
                          f"({' '.join(train_voices)})")
+    heard = (*train_voices, *train_only_voices, *other_voices)
+    clash = [v for v in dev_other_voices if v in heard]
+    if clash:
+        raise BuildError(f"the dev-other voice {' '.join(clash)} must be heard neither in training nor in test-other "
+                         f"({' '.join(heard)}): choose others with --dev-other-voices ('' for no dev-other)")
     if train_only_voices and train_only_speakers < 1:
         raise BuildError(f"train-only voices ({' '.join(train_only_voices)}) need train-only speakers >= 1")
-    for v in (*train_voices, *other_voices, *train_only_voices):
+    for v in (*train_voices, *other_voices, *train_only_voices, *dev_other_voices):
         if v not in VOICES:
             raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
     rng = random.Random(f"{seed}:speakers")
@@ -534,16 +548,25 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
-    if train_only_voices:
-        rng = random.Random(f"{seed}:train-only speakers")
-        extra = []
-        for k, v in enumerate(train_only_voices):
-            n = len(range(k, train_only_speakers, len(train_only_voices)))
-            extra += [(v, p) for p in draw_variants(v, n, rng, [])]
-        free = sorted(set(range(100, 9000)) - set(ids))
-        speakers += [Speaker(i, "train-clean-100", v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
-                     for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(extra)), extra)]
+    for subset, voices, n_all in (("train-clean-100", train_only_voices, train_only_speakers),
+                                  ("dev-other", dev_other_voices, other_speakers)):
+        if voices:
+            speakers += _speakers_of_own_stream(f"{seed}:{'train-only' if subset.startswith('train') else subset} "
+                                                f"speakers", subset, voices, n_all, {s.id for s in speakers})
     return speakers
+
+
+def _speakers_of_own_stream(stream: str, subset: str, voices: Sequence[str], n_all: int, taken_ids: set[int]
+                            ) -> list[Speaker]:
+    """n_all speakers of subset dealt to voices in turn, drawn from the random stream of that name (ids not taken)."""
+    rng = random.Random(stream)
+    extra = []
+    for k, v in enumerate(voices):
+        n = len(range(k, n_all, len(voices)))
+        extra += [(v, p) for p in draw_variants(v, n, rng, [])]
+    free = sorted(set(range(100, 9000)) - taken_ids)
+    return [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
+            for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(extra)), extra)]
 
 
 def plan_corpus(speakers: list[Speaker], texts: dict[str, list[Sentence]], seed: int,
@@ -808,11 +831,12 @@ class Config:
     extra_train_text: list = field(default_factory=list)  # token files topping up train once wiki.train runs out
     train_only_voices: list = field(default_factory=list)  # voices of train-clean-100 alone (not of dev/test-clean)
     train_only_speakers: int = 0    # their speakers, dealt to them in turn
+    dev_other_voices: list = field(default_factory=list)  # dev-other's (other_speakers of them); none: no dev-other
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
     """Sentences per subset, disjoint: dev-clean from wiki.valid, test-clean then test-other from
-    wiki.test, train from wiki.train. An evaluation set that runs short is topped up with whole
+    wiki.test, dev-other (when it has voices) from wiki.valid, train from wiki.train. An evaluation set that runs short is topped up with whole
     articles of wiki.train (those articles are then left out of train: disjoint by article)."""
     text = Path(cfg.text)
     rejected: dict[str, int] = {}
@@ -827,6 +851,8 @@ def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str
     out["dev-clean"] = src["valid"].take(cfg.eval_utts, used, agree, train, "dev-clean (wiki.valid.tokens)")
     out["test-clean"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-clean (wiki.test.tokens)")
     out["test-other"] = src["test"].take(cfg.eval_utts, used, agree, train, "test-other (wiki.test.tokens)")
+    if cfg.dev_other_voices:
+        out["dev-other"] = src["valid"].take(cfg.eval_utts, used, agree, train, "dev-other (wiki.valid.tokens)")
     extra = None
     if cfg.extra_train_text:
         chunks = [a for f in cfg.extra_train_text for a in read_paragraph_chunks(Path(f))]
@@ -837,7 +863,8 @@ def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str
     if stats is not None:
         stats["rejected_sentences"] = dict(sorted(rejected.items(), key=lambda kv: -kv[1]))
         stats["rejected_sentences"]["flite reads it differently"] = sum(x.flite_rejected for x in src.values())
-        stats["articles"] = {"dev-clean": src["valid"].titles, "test": src["test"].titles,
+        stats["articles"] = {"dev-clean" + (" and dev-other" if cfg.dev_other_voices else ""): src["valid"].titles,
+                             "test": src["test"].titles,
                              "train-clean-100": train.titles}
     return out
 
@@ -852,7 +879,8 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     # the copies follow one another, so that plan_corpus deals each copy to another speaker
     texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
     speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
-                             cfg.train_voices, cfg.other_voices, cfg.train_only_voices, cfg.train_only_speakers)
+                             cfg.train_voices, cfg.other_voices, cfg.train_only_voices, cfg.train_only_speakers,
+                             cfg.dev_other_voices)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
     titles: dict[int, str] = {}
     for subset, sents in texts.items():
@@ -864,7 +892,7 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     durs = write_audio(out, utts, {s.id: s for s in speakers}, synthesize, cfg.seed, cfg.noise_db, jobs, progress)
     write_metadata(out, speakers, utts, durs, titles)
     subsets = {}
-    for subset in SUBSETS:
+    for subset in subsets_of(cfg):
         us = [u for u in utts if u.subset == subset]
         sec = sum(durs[u.id] for u in us)
         subsets[subset] = {
@@ -878,11 +906,16 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     return stats
 
 
+def subsets_of(cfg: Config) -> list[str]:
+    """The subsets a build with cfg writes (dev-other only with its voices)."""
+    return [s for s in SUBSETS if s != "dev-other" or cfg.dev_other_voices]
+
+
 def _stamp_config(cfg: Config) -> dict:
     d = asdict(cfg)
     d["text"] = str(Path(cfg.text).resolve())
     d["extra_train_text"] = [str(Path(f).resolve()) for f in cfg.extra_train_text]
-    for key in ("extra_train_text", "train_only_voices", "train_only_speakers"):
+    for key in ("extra_train_text", "train_only_voices", "train_only_speakers", "dev_other_voices"):
         if not d[key]:  # the stamps of corpora built before these options stay valid
             del d[key]
     d["version"] = VERSION
@@ -913,11 +946,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-utts", type=int, default=Config.train_utts)
     ap.add_argument("--train-readings", type=int, default=Config.train_readings,
                     help="each training sentence read by this many speakers (more hours from the same text)")
-    ap.add_argument("--eval-utts", type=int, default=Config.eval_utts, help="utterances in each of dev-clean, test-clean, test-other")
+    ap.add_argument("--eval-utts", type=int, default=Config.eval_utts,
+                    help="utterances in each of dev-clean, test-clean, test-other, dev-other")
     ap.add_argument("--train-voices", default=" ".join(TRAIN_VOICES),
                     help="voices of train, dev-clean and test-clean: flite's, espeak-<accent>-<variant>, SVOX Pico's "
                          "pico-en-US / pico-en-GB, or patterns (e.g. 'kal kal16 rms slt espeak-*')")
     ap.add_argument("--other-voices", default=OTHER_VOICE, help="voices of test-other (none of --train-voices)")
+    ap.add_argument("--dev-other-voices", default=" ".join(DEV_OTHER_VOICES),
+                    help="voices of dev-other (--other-speakers speakers; none of the training or test-other voices): "
+                         "the set test-other's decoding is tuned on; '' leaves dev-other out")
     ap.add_argument("--train-only-voices", default="",
                     help="voices heard in train-clean-100 alone (dev-clean and test-clean keep --train-voices'), "
                          "e.g. 'espeak-*-m1 espeak-*-f2': more voices and accents for the model, the same test sets")
@@ -929,7 +966,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="training speakers per training voice")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
                     help="speakers per training voice in dev-clean and in test-clean")
-    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help="test-other speakers")
+    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help="speakers of test-other and of dev-other")
     ap.add_argument("--min-words", type=int, default=Config.min_words)
     ap.add_argument("--max-words", type=int, default=Config.max_words)
     ap.add_argument("--noise-db", default="-60", help="noise floor, dB re full scale, or 'off' (default -60)")
@@ -950,6 +987,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
         train_only = expand_voices(args.train_only_voices.split()) if args.train_only_voices.strip() else []
+        dev_other = expand_voices(args.dev_other_voices.split()) if args.dev_other_voices.strip() else []
     except BuildError as e:
         ap.error(str(e))
     if args.train_only_speakers < 0:
@@ -959,15 +997,16 @@ def main(argv: list[str] | None = None) -> int:
     train_only_speakers = args.train_only_speakers or len(train_only)
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
-                 *voices, args.train_readings, [str(f) for f in args.extra_train_text], train_only, train_only_speakers)
+                 *voices, args.train_readings, [str(f) for f in args.extra_train_text], train_only, train_only_speakers,
+                 dev_other)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
     try:
-        check_synthesizers([*cfg.train_voices, *cfg.other_voices, *cfg.train_only_voices])
+        check_synthesizers([*cfg.train_voices, *cfg.other_voices, *cfg.train_only_voices, *cfg.dev_other_voices])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
-            if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in SUBSETS):
+            if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in subsets_of(cfg)):
                 print(f"{PROG}: {out} is up to date (built with the same arguments; {STAMP}); nothing to do")
                 return 0
             why = "unfinished" if not old.get("complete") else "built with other arguments"
@@ -982,8 +1021,9 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         _write_stamp(stamp, {"config": want, "complete": False})
         only = f", {' '.join(cfg.train_only_voices)} for train alone" if cfg.train_only_voices else ""
+        dev_other = f", {' '.join(cfg.dev_other_voices)} for dev-other" if cfg.dev_other_voices else ""
         print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train{only}, "
-              f"{' '.join(cfg.other_voices)} for test-other)", file=sys.stderr, flush=True)
+              f"{' '.join(cfg.other_voices)} for test-other{dev_other})", file=sys.stderr, flush=True)
         t0, c0 = time.time(), _cpu_seconds()
         stats = build(out, cfg, jobs=args.jobs, progress=True)
         stats["build_cpu_seconds"] = round(_cpu_seconds() - c0, 1)
