@@ -36,6 +36,5 @@ corpus=(--unit-type char --decode-methods "greedy beam_word")   # the real Libri
 [ -n "$librispeech_root" ] || [ "$mini" != quick ] || corpus=("${mini_quick[@]}")
 [ -n "$librispeech_root" ] || [ "$mini" != full ] || corpus=("${mini_full[@]}")
 exec utils/run_asr.sh --train-set train_clean_100 --dev-set dev_clean --test-sets "test_clean test_other" \
-  --tune-sets test_other:dev_other \
   --num-mel-bins 80 --conf conf/train_dnn.yaml --port 29541 --beam 16 --lm-weight 1.0 --insertion-bonus 2.0 \
-  --librispeech-root "$librispeech_root" ${corpus[@]+"${corpus[@]}"} "$@"
+  --tune-sets test_other:dev_other --librispeech-root "$librispeech_root" ${corpus[@]+"${corpus[@]}"} "$@"
