@@ -37,8 +37,8 @@ speakers, they read the second copy of every sentence).
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
-both test sets from ``wiki.test.tokens``, dev-other after dev-clean (so sentences, and even articles, are disjoint between
-train, dev and test; test-clean and test-other share no sentence). Transcripts are normalized
+both test sets from ``wiki.test.tokens``, dev-other after dev-clean (so sentences, and even articles,
+are disjoint between train, dev and test; test-clean and test-other share no sentence). Transcripts are normalized
 LibriSpeech-style: upper case, letters, apostrophes and single spaces; hyphens become spaces.
 Sentences that flite would not read as written are left out: digits, abbreviations, acronyms,
 single letters, parentheses, symbols, non-ASCII letters, and -- when flite is there -- any
@@ -134,8 +134,8 @@ for _lang, _f0 in (("en-US", 165.0), ("en-GB", 167.0)):     # median f0 measured
 del _lang, _f0
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
-# dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4 of en-us,
-# one speaker each (the full recipe trains on m1, m3 and f2; RESULTS.md "A dev-other to tune test-other on")
+# dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4
+# of en-us, one speaker each (the full recipe trains on m1, m3 and f2; RESULTS.md "A dev-other to tune test-other on")
 DEV_OTHER_VOICES = ("espeak-*-m2", "espeak-en-us-f4")
 STRETCH_RANGE = (0.85, 1.2)      # duration factor (tempo)
 WARP_RANGE = (0.92, 1.1)         # vocal-tract / resampling warp
@@ -548,11 +548,11 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
-    for subset, voices, n_all in (("train-clean-100", train_only_voices, train_only_speakers),
-                                  ("dev-other", dev_other_voices, other_speakers)):
+    for stream, subset, voices, n_all in (("train-only", "train-clean-100", train_only_voices, train_only_speakers),
+                                          ("dev-other", "dev-other", dev_other_voices, other_speakers)):
         if voices:
-            speakers += _speakers_of_own_stream(f"{seed}:{'train-only' if subset.startswith('train') else subset} "
-                                                f"speakers", subset, voices, n_all, {s.id for s in speakers})
+            speakers += _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all,
+                                                {s.id for s in speakers})
     return speakers
 
 
@@ -836,8 +836,9 @@ class Config:
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
     """Sentences per subset, disjoint: dev-clean from wiki.valid, test-clean then test-other from
-    wiki.test, dev-other (when it has voices) from wiki.valid, train from wiki.train. An evaluation set that runs short is topped up with whole
-    articles of wiki.train (those articles are then left out of train: disjoint by article)."""
+    wiki.test, dev-other (when it has voices) from wiki.valid, train from wiki.train. An evaluation
+    set that runs short is topped up with whole articles of wiki.train (those articles are then left
+    out of train: disjoint by article)."""
     text = Path(cfg.text)
     rejected: dict[str, int] = {}
     src = {}
@@ -966,7 +967,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="training speakers per training voice")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
                     help="speakers per training voice in dev-clean and in test-clean")
-    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers, help="speakers of test-other and of dev-other")
+    ap.add_argument("--other-speakers", type=int, default=Config.other_speakers,
+                    help="speakers of test-other and of dev-other")
     ap.add_argument("--min-words", type=int, default=Config.min_words)
     ap.add_argument("--max-words", type=int, default=Config.max_words)
     ap.add_argument("--noise-db", default="-60", help="noise floor, dB re full scale, or 'off' (default -60)")
