@@ -31,13 +31,13 @@ def wordnet(tmp_path: Path, noun: str = NOUNS) -> Path:
     return d
 
 
-def corpus(tmp_path: Path, held_out: str) -> Path:
-    """A LibriSpeech-layout root whose evaluation subsets hold one transcript each."""
-    root = tmp_path / "corpus"
-    for k, subset in enumerate(lt.EVAL_SUBSETS):
+def corpus(tmp_path: Path, held_out: str, subsets=lt.EVAL_SUBSETS, name: str = "corpus") -> Path:
+    """A LibriSpeech-layout root whose evaluation subsets hold one transcript each (the first: held_out)."""
+    root = tmp_path / name
+    for k, subset in enumerate(subsets):
         d = root / subset / "10" / "20"
         d.mkdir(parents=True)
-        text = held_out if k == 0 else f"ANOTHER SENTENCE NUMBER {'ONE TWO'.split()[k - 1]}"
+        text = held_out if k == 0 else f"ANOTHER SENTENCE NUMBER {'ONE TWO THREE'.split()[k - 1]}"
         (d / "10-20.trans.txt").write_text(f"10-20-{k:04d} {text}\n", encoding="utf-8")
     return root
 
@@ -91,6 +91,14 @@ def test_main_adds_wordnet_after_the_wiki_text_and_never_an_evaluation_sentence(
     assert lt.main(["--corpus", str(root), "--text", str(text), "--out", str(out), "--wordnet", str(tmp_path)]) == 1
     assert "data.noun: missing" in capsys.readouterr().err
     assert len(out.read_text().splitlines()) == 10                      # a failed run leaves the last text
+    # dev-other's sentences are held out too; a corpus built without dev-other has none to hold out
+    (text / "wiki.train.tokens").write_text(" = Kept = \n The river flows through the old town . \n"
+                                            " = Dev other = \n Another sentence number three . \n", encoding="utf-8")
+    assert lt.main(["--corpus", str(root), "--text", str(text), "--out", str(out)]) == 0
+    assert out.read_text().splitlines() == ["THE RIVER FLOWS THROUGH THE OLD TOWN"]
+    older = corpus(tmp_path, "A CITY IN SOUTH CENTRAL ALBERTA", lt.EVAL_SUBSETS[:3], "older")
+    assert lt.main(["--corpus", str(older), "--text", str(text), "--out", str(out)]) == 0
+    assert out.read_text().splitlines() == ["THE RIVER FLOWS THROUGH THE OLD TOWN", "ANOTHER SENTENCE NUMBER THREE"]
 
 
 def test_base_text_extended_in_lower_case_without_held_out_sentences(tmp_path, capsys):
