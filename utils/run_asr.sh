@@ -113,7 +113,7 @@ for pair in $tune_sets; do
   [[ " $test_sets " == *" ${pair%%:*} "* ]] || continue   # a test set not decoded this time
   tune_set_of[${pair%%:*}]=${pair#*:}
 done
-read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
+read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"   # the grid beam_word tunes (stage 6)
 word_tuning=false           # beam_word tunes its LM weight and word score (a grid of more than one pair)
 [[ " $decode_methods " != *" beam_word "* ]] || [ $((${#weights[@]} * ${#scores[@]})) -le 1 ] || word_tuning=true
 if [ "$word_tuning" = true ]; then
@@ -301,7 +301,7 @@ average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments 
 }
 
 decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x method (the model averaged first)
-  local dir=$1 x m out args weights scores tune made_as
+  local dir=$1 x m out args tune made_as
   model_args=()
   for x in $test_sets; do
     tune=${tune_set_of[$x]:-$dev_set}
@@ -332,7 +332,6 @@ decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x meth
           args=(--method beam --beam "$beam" --lm-dir "$lm_dir" --lm-weight "$lm_weight" --insertion-bonus "$insertion_bonus") ;;
         beam_word)
           [ -f "$word_lm_dir/lexicon.txt" ] || die "Stage 6: beam_word needs the word LM $word_lm_dir (stage 5, --word-lm-order > 0${word_list:+; --word-list \"\": the lexicon without $word_list})"
-          read -r -a weights <<< "$word_lm_weights"; read -r -a scores <<< "$word_scores"
           args=(--method word --beam "$word_beam" --beam-size-token "$word_beam_tokens" --word-lm-dir "$word_lm_dir"
                 --word-lm-weight "${weights[@]}" --word-score "${scores[@]}" --tune-data "data/$tune") ;;
         *) die "--decode-methods: unknown method '$m' (greedy, beam, beam_lm, beam_word)" ;;
