@@ -356,13 +356,20 @@ def test_a_test_set_tuned_on_a_dev_set_of_its_own(recipe):
     assert extra["tuned_on"] == "data/dev_extra" and test["tuned_on"] == "data/dev"
     tuning = json.loads((exp / "word_tuning_final_on_dev_extra.json").read_text())
     assert tuning["chosen"] == [extra["word_lm_weight"], extra["word_score"]] and len(tuning["wer"]) == 9
-    assert (exp / "decode_extra_beam_word" / ".done").read_text().strip() == "tuned on data/dev_extra"
+    made = "LM weights 1 2 3, word scores -1 0 1, tuned on data/dev_extra"
+    assert (exp / "decode_extra_beam_word" / ".done").read_text().strip() == made
     again = stages(recipe, *opts, "--tune-sets", "extra:dev_extra")
     assert "decode_extra_beam_word done" in again.stderr and "decode_test_beam_word done" in again.stderr
     # without the pair, extra is tuned on --dev-set: decoded again
     plain = stages(recipe, *opts)
     assert "decode_extra_beam_word done" not in plain.stderr and "decode_test_beam_word done" in plain.stderr
     assert json.loads((exp / "decode_extra_beam_word" / "summary.json").read_text())["tuned_on"] == "data/dev"
+    # another grid: both decoded again, tuned on it (the record of each pair's dev WER follows the grid)
+    wider = stages(recipe, *opts, "--tune-sets", "extra:dev_extra", "--word-scores", "-1 0 1 2")
+    assert "decode_extra_beam_word was made with 'LM weights 1 2 3, word scores -1 0 1, tuned on data/dev', not " \
+           "'LM weights 1 2 3, word scores -1 0 1 2, tuned on data/dev_extra': decoding again" in wider.stderr
+    assert "beam_word done" not in wider.stderr
+    assert len(json.loads((exp / "word_tuning_final_on_dev_extra.json").read_text())["wer"]) == 12
     # one (LM weight, word score) pair: nothing to tune, the pair's dev set is not prepared; a pair of a test set not
     # decoded is left alone; a malformed pair is named
     fixed = stages(recipe, *opts, "--word-lm-weights", "1", "--word-scores", "0", "--tune-sets", "extra:dev_none other:x")

@@ -307,17 +307,20 @@ decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x meth
     tune=${tune_set_of[$x]:-$dev_set}
     for m in $decode_methods; do
       out=$dir/decode_${x}_$m$decode_suffix
-      made_as=""   # what .done holds: the tuning set of a word decode tuned on another set than --dev-set
+      made_as=""   # what .done holds: a word decode's (LM weight, word score) grid and the set it was tuned on
       if [ "$m" = beam_word ]; then
         out=$dir/decode_${x}_$m$lexicon_tag$decode_suffix   # beside the plain lexicon's
-        [ "$tune" = "$dev_set" ] || [ "$word_tuning" = false ] || made_as="tuned on data/$tune"
+        made_as="LM weights ${weights[*]}, word scores ${scores[*]}"
+        [ "$word_tuning" = false ] || made_as+=", tuned on data/$tune"
       fi
-      # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name) or its
-      # weights were tuned on another set
+      # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name) or it was
+      # made with another grid or tuning set
       if [ -f "$out/.done" ] && [ "$(cat "$out/.done")" = "$made_as" ] \
          && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
         log "Stage 6: $out done"; continue
       fi
+      [ ! -f "$out/.done" ] || [ "$(cat "$out/.done")" = "$made_as" ] \
+        || log "Stage 6: $out was made with '$(cat "$out/.done")', not '$made_as': decoding again"
       if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
         log "Stage 6: skipping $m for $(basename "$dir"): phone units decode to words through the lexicon only (beam_word)"
         continue
