@@ -103,16 +103,18 @@ def test_main_adds_wordnet_after_the_wiki_text_and_never_an_evaluation_sentence(
 
 def test_base_text_extended_in_lower_case_without_held_out_sentences(tmp_path, capsys):
     base = tmp_path / "lm_text.txt"
-    base.write_text("the clocks are compared\nright owning fort knox\n", encoding="utf-8")
+    base.write_text("the clocks are compared\nright owning fort knox\nthe  dev set's sentence\n", encoding="utf-8")
     held = tmp_path / "text"
     held.write_text("sw_1-A_000001-000200 a city in south central alberta\n", encoding="utf-8")
+    dev = tmp_path / "dev_text"    # a tuning set's sentence in the base is dropped (case and spaces aside)
+    dev.write_text("sw_2-B_000001-000200 THE DEV SET'S SENTENCE\n", encoding="utf-8")
     out = tmp_path / "out.txt"
-    assert lt.main(["--base", str(base), "--held-out", str(held), "--lower-case", "--wordnet", str(wordnet(tmp_path)),
-                    "--out", str(out)]) == 0
+    assert lt.main(["--base", str(base), "--held-out", str(held), str(dev), "--lower-case",
+                    "--wordnet", str(wordnet(tmp_path)), "--out", str(out)]) == 0
     lines = out.read_text().splitlines()
     assert lines[:2] == ["the clocks are compared", "right owning fort knox"] and "calgary" in lines
     assert "a city in south central alberta" not in lines and len(lines) == 2 + 9 and lines == [s.lower() for s in lines]
-    assert f"(base {base})" in capsys.readouterr().out
+    assert f"(base {base}, 1 of its lines left out: --held-out sentences)" in capsys.readouterr().out
     assert lt.main(["--base", str(tmp_path / "none.txt"), "--out", str(out)]) == 1
     assert "none.txt: missing (expected --base's LM text" in capsys.readouterr().err
     (tmp_path / "latin1.txt").write_bytes("ok\ncaf\xe9\n".encode("latin-1"))

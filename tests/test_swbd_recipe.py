@@ -67,9 +67,11 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     # the LM text: the corpus's (Wikipedia) then WordNet's words and glosses, lower case, no eval2000 sentence
     lm_text = (data / "lm_text.txt").read_text().splitlines()
     wiki = (data / "mini_swbd" / "lm_text.txt").read_text().splitlines()
-    assert lm_text[:len(wiki)] == wiki and "edmonton" in lm_text and len(lm_text) > len(wiki) + 300000
     evals = {" ".join(line.split()[1:]) for line in (data / "eval2000" / "text").read_text().splitlines()}
-    assert evals and not evals & set(lm_text)
+    dev = {" ".join(line.split()[1:]) for line in (data / "train_dev" / "text").read_text().splitlines()}
+    kept = [s for s in wiki if s not in dev]    # train_dev tunes the LM weights: its sentences are held out
+    assert dev & set(wiki) and lm_text[:len(kept)] == kept and "edmonton" in lm_text
+    assert len(lm_text) > len(kept) + 300000 and evals and not (evals | dev) & set(lm_text)
     assert (data / "lang_bpe60" / "bpe.model").is_file()
     # stage 4: gossip-BMUF, 3 workers; stage 6: filtered scoring of each half
     exp = recipe / "exp"

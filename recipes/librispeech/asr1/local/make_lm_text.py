@@ -18,8 +18,9 @@ dropped, hyphens as spaces; a piece with digits or symbols left out). 96 Wikiped
 in nine of the mini test sets unseen by the n-gram (12.2% of test-clean's words); WordNet's lemmas and
 definitions cover most of them (3.2% stay unseen). A line equal to an evaluation transcript is never written.
 
-``--base FILE`` (instead of ``--corpus``) extends an LM text as it is, e.g. the mini Switchboard's, with
-``--held-out`` naming the Kaldi ``text`` files of its evaluation sets and ``--lower-case`` for a lower-case text.
+``--base FILE`` (instead of ``--corpus``) extends an LM text, e.g. the mini Switchboard's, with
+``--held-out`` naming the Kaldi ``text`` files of its evaluation and tuning sets (their sentences are dropped from
+the base too, compared in upper case) and ``--lower-case`` for a lower-case text.
 """
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--corpus", type=Path, help="the mini corpus root (its dev/test subsets are held out)")
     src.add_argument("--base", type=Path, help="an LM text (one sentence per line) to extend as it is")
     ap.add_argument("--held-out", type=Path, nargs="*", default=[],
-                    help="Kaldi text files (<utt-id> <words>) whose sentences are never added")
+                    help="Kaldi text files (<utt-id> <words>) whose sentences are never written (nor kept from --base)")
     ap.add_argument("--lower-case", action="store_true", help="WordNet's lines in lower case (for a lower-case text)")
     ap.add_argument("--text", type=Path, default=DEFAULT_TEXT, help=f"wikitext-format text (default {DEFAULT_TEXT})")
     ap.add_argument("--out", type=Path, required=True)
@@ -149,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             leaked = held_out.intersection(sents)
             assert not leaked, f"evaluation sentences in the LM text: {sorted(leaked)[:3]}"
         else:
-            sents = [line for line in read_utf8(args.base, "--base's LM text, one sentence per line").splitlines()
+            lines = [line for line in read_utf8(args.base, "--base's LM text, one sentence per line").splitlines()
                      if line.strip()]
+            sents = [line for line in lines if " ".join(line.upper().split()) not in held_out]
+            dropped = len(lines) - len(sents)
         extra = [line for line in wordnet_lines(args.wordnet) if line not in held_out] if args.wordnet else []
     except BuildError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     more = (f" + {len(extra)} lines, {sum(len(s.split()) for s in extra)} words of WordNet ({args.wordnet})"
             if extra else "")
     dropped_note = (f" ({dropped} articles left out: they hold dev/test sentences)" if args.corpus
-                    else f" (base {args.base})")
+                    else f" (base {args.base}, {dropped} of its lines left out: --held-out sentences)")
     print(f"{PROG}: {len(sents)} sentences, {words} words{more} -> {args.out}{dropped_note}")
     return 0
 

@@ -62,8 +62,11 @@ python local/split_train_dev.py --src data/train --dev "data/$dev_set" --train "
   --dev-utts "$dev_utts" --max-dup "$max_dup"
 python local/eval2000_data_prep.py --speech "$eval2000_speech" --transcripts "$eval2000_transcripts" \
   --out data/eval2000 --wav-style "$wav_style"
-if [ "${mini:-}" = true ]; then   # the LM text: the mini corpus's Wikipedia sentences (+ WordNet's but eval2000's)
+if [ "${mini:-}" = true ]; then   # the LM text: the mini corpus's Wikipedia sentences (+ WordNet's), without
+  # eval2000's sentences nor those of the dev set the LM weights are tuned on (as Kaldi's swbd1_train_lms.sh holds out
+  # the head of the training text, where train_dev comes from)
   [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
   python "$(dirname "$(readlink -f "$0")")/../../../librispeech/asr1/local/make_lm_text.py" --base "$root/lm_text.txt" \
-    --out data/lm_text.txt ${mini_lm_wordnet:+--wordnet "$mini_lm_wordnet" --lower-case --held-out data/eval2000/text}
+    --out data/lm_text.txt --held-out data/eval2000/text "data/$dev_set/text" \
+    ${mini_lm_wordnet:+--wordnet "$mini_lm_wordnet" --lower-case}
 fi
