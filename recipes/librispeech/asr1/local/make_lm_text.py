@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", type=Path, help="the mini corpus root (its dev/test subsets are held out)")
-    src.add_argument("--base", type=Path, help="an LM text (one sentence per line) to extend as it is")
+    src.add_argument("--base", type=Path, help="an LM text (one sentence per line) to extend (its --held-out sentences left out)")
     ap.add_argument("--held-out", type=Path, nargs="*", default=[],
                     help="Kaldi text files (<utt-id> <words>) whose sentences are never written (nor kept from --base)")
     ap.add_argument("--lower-case", action="store_true", help="WordNet's lines in lower case (for a lower-case text)")
