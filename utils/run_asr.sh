@@ -301,7 +301,7 @@ average_of() {  # average_of RUN_DIR: model_args = decode_asr's model arguments 
 }
 
 decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x method (the model averaged first)
-  local dir=$1 x m out args tune made_as
+  local dir=$1 x m out args tune made_as was
   model_args=()
   for x in $test_sets; do
     tune=${tune_set_of[$x]:-$dev_set}
@@ -315,12 +315,13 @@ decode_run() {  # decode_run RUN_DIR: stage 6 for one run: every test set x meth
       fi
       # done, unless the word LM it decoded with was rebuilt since (another --word-list of the same name) or it was
       # made with another grid or tuning set
-      if [ -f "$out/.done" ] && [ "$(cat "$out/.done")" = "$made_as" ] \
-         && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
-        log "Stage 6: $out done"; continue
+      if [ -f "$out/.done" ]; then
+        was=$(cat "$out/.done")
+        if [ "$was" = "$made_as" ] && { [ "$m" != beam_word ] || [ "$out/.done" -nt "$word_lm_dir/.done" ]; }; then
+          log "Stage 6: $out done"; continue
+        fi
+        [ "$was" = "$made_as" ] || log "Stage 6: $out was made with '$was', not '$made_as': decoding again"
       fi
-      [ ! -f "$out/.done" ] || [ "$(cat "$out/.done")" = "$made_as" ] \
-        || log "Stage 6: $out was made with '$(cat "$out/.done")', not '$made_as': decoding again"
       if [ "$m" != beam_word ] && [ -f "$(sed -n 's/^  lang: //p' "$dir/config.yaml")/units.json" ]; then
         log "Stage 6: skipping $m for $(basename "$dir"): phone units decode to words through the lexicon only (beam_word)"
         continue
