@@ -208,6 +208,40 @@ def test_collate_normalizes_each_utterance_before_padding(tmp_path):
     assert batch["feats"][1, 4:].abs().sum() == 0   # padding after normalization
 
 
+@pytest.mark.parametrize("warp", [0.9, 1.1])
+def test_vtlp_of_features_approximates_kaldi_vtln_fbank(warp):
+    """VTLP on log-mel features moves each bin as Kaldi's VTLN moves its filter: close to the fbank computed with
+    that warp (torchaudio's Kaldi fbank, ``vtln_warp``), far closer than the unwarped fbank is."""
+    from gossip_accel.data.asr import vtlp
+
+    wave = torch.tensor(chirp(1.0, f0=80.0, f1=7000.0), dtype=torch.float32).unsqueeze(0)
+    plain = kaldi.fbank(wave, num_mel_bins=80, dither=0.0)
+    warped = kaldi.fbank(wave, num_mel_bins=80, dither=0.0, vtln_warp=warp)
+    ours = vtlp(plain, warp)
+    assert ours.shape == plain.shape
+    assert (ours - warped).abs().mean() < 0.25 * (plain - warped).abs().mean()   # 0.14-0.15 measured
+    torch.testing.assert_close(vtlp(plain, 1.0), plain)
+
+
+def test_vtlp_interpolates_between_the_bins_it_reads():
+    """On features linear in the mel bin, VTLP's output is that line at the warped bin positions; no value leaves
+    the input's range (edges are clamped, not extrapolated)."""
+    from torchaudio.compliance.kaldi import inverse_mel_scale, mel_scale, vtln_warp_freq
+
+    from gossip_accel.data.asr import vtlp
+
+    d = 40
+    feats = torch.arange(d, dtype=torch.float32).repeat(3, 1)
+    lo, hi = mel_scale(torch.tensor(20.0)), mel_scale(torch.tensor(8000.0))
+    step = (hi - lo) / (d + 1)
+    centres = inverse_mel_scale(lo + step * torch.arange(1, d + 1, dtype=torch.float64))
+    moved = vtln_warp_freq(100.0, 7500.0, 20.0, 8000.0, 1.1, centres)
+    expected = ((mel_scale(moved) - lo) / step - 1).clamp(0, d - 1).float()
+    torch.testing.assert_close(vtlp(feats, 1.1), expected.repeat(3, 1), rtol=0, atol=1e-4)
+    out = vtlp(feats, 0.9)
+    assert out.min() >= 0 and out.max() <= d - 1 and out[0, 20] > feats[0, 20]   # 0.9: bins read higher frequencies
+
+
 TEXT = ["HELLO WORLD", "THE CAT SAT ON THE MAT", "IT'S A DOG'S LIFE", "HELLO THERE GENERAL KENOBI",
         "SPEECH RECOGNITION WITH CONNECTIONIST TEMPORAL CLASSIFICATION", "A MAN A PLAN A CANAL PANAMA"]
 

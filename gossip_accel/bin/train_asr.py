@@ -17,7 +17,7 @@ before a stop; the schedule reads the mean of the replicas' CV losses. Writes
 ``results.json`` (per-epoch history with the CV loss of the replicas' average, ``cv_loss``,
 and the mean of the replicas', ``cv_loss_replicas``), TensorBoard scalars, per-rank
 checkpoints at epoch ends and every ``train.checkpoint_every_steps`` steps (a rerun or a
-launcher restart resumes exactly: batch position, SpecAugment generator, RNG states) and the
+launcher restart resumes exactly: batch position, the SpecAugment and VTLP generator, RNG states) and the
 worker-averaged ``final.pt`` to ``--exp-dir``. The epoch loop is gossip_accel.train.loop's.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Optional
 import torch
 from omegaconf import OmegaConf
 
-from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment
+from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment, vtlp
 from ..data.features import FeatureNorm, load_global_cmvn
 from ..sync.config import ConfigError
 from ..train import loop
@@ -61,6 +61,16 @@ class SpecAugmentConf:
 
 
 @dataclass
+class VTLPConf:
+    """Vocal tract length perturbation of the training features (``data.asr.vtlp``): each utterance warped by a
+    factor drawn uniformly from [1 - max_warp, 1 + max_warp] (Jaitly & Hinton 2013: 0.9-1.1)."""
+
+    enabled: bool = False
+    max_warp: float = 0.1
+    sample_rate: float = 16000.0  # the features' (8000 for Switchboard); the fbank's default band, 20 Hz to Nyquist
+
+
+@dataclass
 class ASRModelConf:
     type: str = "dnn"  # dnn | cldnn | conformer
     options: dict[str, Any] = field(default_factory=dict)
@@ -83,6 +93,7 @@ class ASRTrainConf(RunConf):
 class ASRConf:
     data: ASRDataConf = field(default_factory=ASRDataConf)
     specaugment: SpecAugmentConf = field(default_factory=SpecAugmentConf)
+    vtlp: VTLPConf = field(default_factory=VTLPConf)
     model: ASRModelConf = field(default_factory=ASRModelConf)
     train: ASRTrainConf = field(default_factory=ASRTrainConf)
     sync: Any = field(default_factory=dict)
@@ -164,7 +175,7 @@ class NewBob:
 
 
 class ASRTask(loop.Task):
-    """CTC on length-sorted batches (every n-th of a seeded shuffle per epoch), SpecAugment, newbob."""
+    """CTC on length-sorted batches (every n-th of a seeded shuffle per epoch), VTLP, SpecAugment, newbob."""
 
     tag, loss_label, loss_scalar = "train_asr", "CTC/token", "train/ctc_per_token"
     valid_key, valid_label, valid_scalar, valid_format = "cv_loss", "CV CTC/token", "valid/ctc_per_token", ".4f"
@@ -206,7 +217,7 @@ class ASRTask(loop.Task):
         self.loss_sum, self.tokens = saved.get("loss", 0.0), saved.get("tokens", 0.0)
 
     def loss(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        b = collate(batch, self.cmvn)
+        b = collate(batch, self.cmvn, self.warp_features if self.conf.vtlp.enabled else None)
         x = b["feats"]
         if self.conf.specaugment.enabled:
             s = self.conf.specaugment
@@ -216,6 +227,12 @@ class ASRTask(loop.Task):
         self.loss_sum += float(loss.detach())
         self.tokens += ntok
         return loss / ntok
+
+    def warp_features(self, feats: torch.Tensor) -> torch.Tensor:
+        """One utterance's features warped by VTLP with a factor drawn from the epoch's generator."""
+        v = self.conf.vtlp
+        factor = 1.0 + v.max_warp * (2.0 * float(torch.rand((), generator=self.gen)) - 1.0)
+        return vtlp(feats, factor, sample_rate=v.sample_rate)
 
     def running_loss(self) -> float:
         return self.loss_sum / max(self.tokens, 1)

@@ -89,12 +89,15 @@ def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, ran
     return [batches[i] for i in order[start:][rank::world]]
 
 
-def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict:
-    """Padded features (B, T, D), each normalized by ``norm`` (a :class:`~.features.FeatureNorm`), their
-    lengths, concatenated targets and target lengths."""
+def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+            perturb: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict:
+    """Padded features (B, T, D), each changed by ``perturb`` (e.g. :func:`vtlp`) and then normalized by ``norm``
+    (a :class:`~.features.FeatureNorm`), their lengths, concatenated targets and target lengths."""
     from .features import load_feats
 
     feats = [torch.tensor(load_feats(u.feats, u.utt), dtype=torch.float32) for u in batch]
+    if perturb is not None:
+        feats = [perturb(f) for f in feats]
     if norm is not None:
         feats = [norm(f) for f in feats]
     lengths = torch.tensor([f.shape[0] for f in feats])
@@ -121,3 +124,30 @@ def spec_augment(x: torch.Tensor, lengths: torch.Tensor, freq_masks: int, freq_w
             t0 = int(torch.randint(0, max(1, n - w), (1,), generator=generator))
             x[i, t0:t0 + w, :] = 0
     return x
+
+
+def vtlp(feats: torch.Tensor, warp: float, sample_rate: float = 16000.0, low_freq: float = 20.0,
+         high_freq: float = 0.0, vtln_low: float = 100.0, vtln_high: float = -500.0) -> torch.Tensor:
+    """Vocal tract length perturbation (Jaitly & Hinton 2013) of log-mel features (T, D) by the factor ``warp``.
+
+    Each mel bin is moved as Kaldi's VTLN moves its filter (``torchaudio.compliance.kaldi.vtln_warp_freq``: the
+    bin centred at f reads the spectrum at F(f) = f / warp between the two inflection points, piecewise linear
+    to the edges) and its value is interpolated linearly between the neighbouring bins of ``feats``. The
+    frequencies are those of the fbank that made ``feats`` (``high_freq``/``vtln_high`` <= 0: offsets from the
+    Nyquist frequency, as in Kaldi); warp 1 returns ``feats`` unchanged."""
+    from torchaudio.compliance.kaldi import inverse_mel_scale, mel_scale, vtln_warp_freq
+
+    if warp == 1.0:
+        return feats
+    nyquist = sample_rate / 2
+    high = high_freq if high_freq > 0 else nyquist + high_freq
+    d = feats.shape[-1]
+    mel_low, mel_high = mel_scale(torch.tensor(low_freq)), mel_scale(torch.tensor(high))
+    step = (mel_high - mel_low) / (d + 1)
+    centres = mel_low + step * torch.arange(1, d + 1, dtype=torch.float64)
+    moved = vtln_warp_freq(vtln_low, vtln_high if vtln_high > 0 else nyquist + vtln_high, low_freq, high, warp,
+                           inverse_mel_scale(centres))
+    pos = ((mel_scale(moved) - mel_low) / step - 1).clamp(0, d - 1)
+    lo = pos.floor().long().clamp(max=d - 2)
+    frac = (pos - lo).to(feats.dtype)
+    return feats[..., lo] * (1 - frac) + feats[..., lo + 1] * frac
