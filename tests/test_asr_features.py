@@ -156,6 +156,51 @@ def test_cmvn_stats_equal_numpy(tmp_path):
 
 
 
+def test_per_speaker_cmvn_stats_and_norm(tmp_path):
+    """compute_cmvn --per-speaker: one Kaldi stats matrix per speaker of utt2spk; data.speaker_cmvn=true normalizes
+    each utterance with its speaker's mean and variance (Kaldi's apply-cmvn --utt2spk)."""
+    from gossip_accel.bin.train_asr import load_cmvn, load_conf
+    from gossip_accel.data.features import FeatureNorm, load_speaker_cmvn
+    from gossip_accel.sync.config import ConfigError
+
+    data = make_data_dir(tmp_path)
+    compute_fbank.main(["--data", str(data), "--out", str(tmp_path / "f"), "--no-progress", "--allow-pipes"])
+    speaker = {"spk-u0": "a", "spk-u1": "a", "spk-u2": "b", "spk-u3": "b", "spk-u4": "b"}
+    (data / "utt2spk").write_text("".join(f"{u} {s}\n" for u, s in speaker.items()))
+    compute_cmvn.main(["--data", str(data)])
+    with pytest.raises(FileNotFoundError, match=r"cmvn_spk.ark not found: .*compute_cmvn --data .* --per-speaker"):
+        load_speaker_cmvn(data)
+    compute_cmvn.main(["--data", str(data), "--per-speaker"])
+    feats = {u: kaldiio.load_mat(v).astype(np.float64) for u, v in read_kaldi_map(data / "feats.scp").items()}
+    arks = dict(kaldiio.load_ark(str(data / "cmvn_spk.ark")))
+    assert sorted(arks) == ["a", "b"]
+    for spk in ("a", "b"):
+        allf = np.concatenate([m for u, m in feats.items() if speaker[u] == spk])
+        np.testing.assert_allclose(arks[spk][0], [*allf.sum(0), allf.shape[0]], rtol=1e-10)
+    np.testing.assert_allclose(sum(arks.values()), kaldiio.load_mat(str(data / "cmvn.ark")), rtol=1e-10)
+
+    norm = load_cmvn(load_conf([], [f"data.train={data}", "data.utterance_cmn=true", "data.utterance_cvn=true",
+                                    "data.speaker_cmvn=true"]))
+    assert norm.per_speaker
+    norm.add_speakers(data)
+    assert sorted(norm.speakers) == sorted(speaker)
+    out = {u: norm(torch.from_numpy(m).float(), u).double() for u, m in feats.items()}
+    for spk in ("a", "b"):   # a speaker's frames together: mean 0, variance 1
+        allx = torch.cat([x for u, x in out.items() if speaker[u] == spk])
+        torch.testing.assert_close(allx.mean(0), torch.zeros(80, dtype=torch.float64), atol=1e-3, rtol=0)
+        torch.testing.assert_close(allx.var(0, unbiased=False), torch.ones(80, dtype=torch.float64), atol=1e-3, rtol=0)
+    assert out["spk-u0"].mean(0).abs().max() > 0.01   # not each utterance's own statistics
+    with pytest.raises(KeyError, match="utterance nobody: no per-speaker CMVN stats"):
+        norm(torch.zeros(3, 80), "nobody")
+    norm.add_speakers(data)   # the same dir again: the same stats, no error
+    with pytest.raises(ConfigError, match=r"data.speaker_cmvn: .*needs data.utterance_cmn=true"):
+        load_cmvn(load_conf([], [f"data.train={data}", "data.speaker_cmvn=true"]))
+    assert not FeatureNorm(norm.mean, norm.std, per_utterance=True).speakers   # off: add_speakers reads nothing
+    (data / "utt2spk").write_text("spk-u0 a\n")
+    with pytest.raises(SystemExit, match=r"utt2spk has no speaker for 4 utterance\(s\) of .*feats.scp"):
+        compute_cmvn.main(["--data", str(data), "--per-speaker"])
+
+
 def test_feature_norm_global_then_per_utterance_mean():
     from gossip_accel.data.asr import collate
     from gossip_accel.data.features import FeatureNorm

@@ -60,7 +60,7 @@ def chirp_dir(root: Path, name: str, n: int, rng) -> Path:
 
 @pytest.fixture(scope="module")
 def asr_dir(tmp_path_factory) -> Path:
-    """Two Kaldi data dirs of chirps "saying" word sequences, with features, CMVN and char units."""
+    """Two Kaldi data dirs of chirps "saying" word sequences, with features, CMVN (global, per speaker), char units."""
     root = tmp_path_factory.mktemp("asr")
     rng = np.random.default_rng(0)
     for name, n in (("train", 24), ("dev", 8)):
@@ -68,6 +68,8 @@ def asr_dir(tmp_path_factory) -> Path:
         run(python("-m", "gossip_accel.bin.compute_fbank", "--data", str(d), "--out", str(root / "fbank" / name),
                    "--nj", "2", "--num-mel-bins", "40", "--no-progress"), root)
     run(python("-m", "gossip_accel.bin.compute_cmvn", "--data", str(root / "data" / "train")), root)
+    for name in ("train", "dev"):
+        run(python("-m", "gossip_accel.bin.compute_cmvn", "--data", str(root / "data" / name), "--per-speaker"), root)
     run(python("-m", "gossip_accel.bin.train_units", "--text", str(root / "data" / "train" / "text"),
                "--lang-dir", str(root / "data" / "lang_char"), "--unit-type", "char"), root)
     return root
@@ -85,8 +87,10 @@ def train(root: Path, exp: str, *overrides: str) -> None:
 
 
 def test_two_workers_train_resume_exactly_and_decode(asr_dir):
-    # with VTLP: its per-utterance warp factors come from the epoch's generator, which a resume restores
-    train(asr_dir, "exp/full", "train.max_epochs=2", "vtlp.enabled=true")
+    # with VTLP: its per-utterance warp factors come from the epoch's generator, which a resume restores; with
+    # per-speaker CMVN, read from each set's cmvn_spk.ark in training, validation and decoding
+    spk = ["vtlp.enabled=true", "data.utterance_cmn=true", "data.utterance_cvn=true", "data.speaker_cmvn=true"]
+    train(asr_dir, "exp/full", "train.max_epochs=2", *spk)
     res = json.loads((asr_dir / "exp/full/results.json").read_text())
     assert res["workers"] == 2 and res["epochs"] == 2 and res["bytes_sent_per_worker"] > 0
     assert [h["epoch"] for h in res["history"]] == [1, 2]
@@ -96,8 +100,8 @@ def test_two_workers_train_resume_exactly_and_decode(asr_dir):
     assert res["history"][-1]["cv_loss"] == pytest.approx(res["final_cv_loss"], rel=1e-9)
     assert res["sync_settings"]["algorithm"] == "bmuf" and res["sync_settings"]["periods"] == "(2)"
 
-    train(asr_dir, "exp/resumed", "train.max_epochs=1", "vtlp.enabled=true")
-    train(asr_dir, "exp/resumed", "train.max_epochs=2", "vtlp.enabled=true")
+    train(asr_dir, "exp/resumed", "train.max_epochs=1", *spk)
+    train(asr_dir, "exp/resumed", "train.max_epochs=2", *spk)
     resumed = json.loads((asr_dir / "exp/resumed/results.json").read_text())
     assert resumed["history"] == res["history"]
     a = torch.load(asr_dir / "exp/full/final.pt", weights_only=True)
@@ -313,7 +317,7 @@ def test_stages_decode_the_average_of_the_best_epochs_then_a_new_test_set_alone(
                    "--avg", "0")
     assert "prepared data/extra" in again.stderr and "prepared data/train" not in again.stderr
     assert "Stage 4: skipped" in again.stderr and "training set's data/train/cmvn.ark is left as it is" in again.stderr
-    assert (recipe / "data" / "extra" / "feats.scp").is_file()
+    assert (recipe / "data" / "extra" / "feats.scp").is_file() and (recipe / "data" / "extra" / "cmvn_spk.ark").is_file()
     assert cmvn.read_bytes() == cmvn_bytes and cmvn.stat().st_mtime_ns == cmvn_mtime
     extra = json.loads((exp / "decode_extra_greedy" / "summary.json").read_text())
     assert extra["checkpoint"] == "final" and extra["model_file"].endswith("final.pt") and extra["ref_words"] == 15

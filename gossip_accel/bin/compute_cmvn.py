@@ -1,12 +1,16 @@
-"""Global CMVN statistics of a data dir's features, in Kaldi's stats layout.
+"""Global (or per-speaker) CMVN statistics of a data dir's features, in Kaldi's stats layout.
 
     python -m gossip_accel.bin.compute_cmvn --data data/train [--out data/train/cmvn.ark]
+    python -m gossip_accel.bin.compute_cmvn --data data/test --per-speaker [--out data/test/cmvn_spk.ark]
 
 Reads ``<data>/feats.scp`` and writes one (2, dim + 1) double matrix (row 0: per-dimension
 sums and the frame count; row 1: sums of squares) with kaldiio to ``<data>/cmvn.ark``, the
 file Kaldi's ``compute-cmvn-stats scp:feats.scp <file>`` writes and ``apply-cmvn`` reads.
 Load it with :func:`gossip_accel.data.features.load_global_cmvn` -> (mean, std). Compute it on
-the training set and use it for every set.
+the training set and use it for every set. ``--per-speaker`` writes an archive of one such matrix per
+speaker of ``utt2spk`` to ``<data>/cmvn_spk.ark`` instead (Kaldi's ``compute-cmvn-stats
+--spk2utt=ark:spk2utt scp:feats.scp ark:cmvn.ark``): each set's own, read by ``data.speaker_cmvn=true``
+(:func:`gossip_accel.data.features.load_speaker_cmvn`).
 """
 from __future__ import annotations
 
@@ -15,14 +19,15 @@ import os
 import sys
 from pathlib import Path
 
-from ..data.features import accumulate_cmvn_stats, load_feats, read_kaldi_map
+from ..data.features import SPEAKER_CMVN, accumulate_cmvn_stats, load_feats, read_kaldi_map
 from ..data.kaldi.tables import DataDirError, refuse_commands
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="data dir with feats.scp")
-    ap.add_argument("--out", default=None, help="stats file (default <data>/cmvn.ark)")
+    ap.add_argument("--out", default=None, help=f"stats file (default <data>/cmvn.ark; --per-speaker: <data>/{SPEAKER_CMVN})")
+    ap.add_argument("--per-speaker", action="store_true", help="one stats matrix per speaker of <data>/utt2spk")
     args = ap.parse_args(argv)
 
     import kaldiio
@@ -40,7 +45,18 @@ def main(argv: list[str] | None = None) -> None:
     if not feats:
         raise SystemExit(f"compute_cmvn: {scp} is empty")
 
-    stats = None
+    speaker_of = None
+    if args.per_speaker:
+        utt2spk = Path(args.data) / "utt2spk"
+        try:
+            speaker_of = read_kaldi_map(utt2spk)
+        except (DataDirError, OSError) as e:
+            raise SystemExit(f"compute_cmvn: --per-speaker needs {utt2spk}: {e}") from None
+        missing = [u for u in feats if u not in speaker_of]
+        if missing:
+            raise SystemExit(f"compute_cmvn: {utt2spk} has no speaker for {len(missing)} utterance(s) of {scp} "
+                             f"(first: {missing[0]}); fix the data dir (gossip_accel.bin.fix_data_dir)")
+    stats: dict = {}   # speaker (or "" for the global stats) -> Kaldi-layout stats
     for utt, spec in tqdm(feats.items(), desc="cmvn", unit="utt", mininterval=2.0, file=sys.stderr):
         try:
             mat = load_feats(spec, f"{scp}: {utt}")
@@ -48,17 +64,24 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"compute_cmvn: {e}") from None
         except Exception as e:
             raise SystemExit(f"compute_cmvn: {scp}: cannot load features of {utt} from {spec!r}: {e}") from None
+        key = speaker_of[utt] if speaker_of else ""
         try:
-            stats = accumulate_cmvn_stats([mat], stats)
+            stats[key] = accumulate_cmvn_stats([mat], stats.get(key))
         except ValueError as e:
             raise SystemExit(f"compute_cmvn: {scp}: utterance {utt}: {e}") from None
-    out = Path(args.out) if args.out else Path(args.data) / "cmvn.ark"
+    default = SPEAKER_CMVN if args.per_speaker else "cmvn.ark"
+    out = Path(args.out) if args.out else Path(args.data) / default
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")   # an existing stats file stays intact until the end
-    kaldiio.save_mat(str(tmp), stats)
+    if args.per_speaker:
+        kaldiio.save_ark(str(tmp), dict(sorted(stats.items())))
+    else:
+        kaldiio.save_mat(str(tmp), stats[""])
     os.replace(tmp, out)
-    print(f"compute_cmvn: {out}: {len(feats)} utterances, {int(stats[0, -1])} frames, dim {stats.shape[1] - 1}",
-          file=sys.stderr)
+    frames = sum(int(st[0, -1]) for st in stats.values())
+    dim = next(iter(stats.values())).shape[1] - 1
+    who = f", {len(stats)} speakers" if args.per_speaker else ""
+    print(f"compute_cmvn: {out}: {len(feats)} utterances{who}, {frames} frames, dim {dim}", file=sys.stderr)
 
 
 if __name__ == "__main__":

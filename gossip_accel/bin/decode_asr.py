@@ -106,7 +106,9 @@ def load_run(exp: Path, weights: Path, data: Path):
     utts, dropped = load_utterances(data, tok.encode)
     model = build_model(conf, feature_dim(utts[0]), tok.vocab_size)
     load_weights(model, weights, exp / "config.yaml")
-    return conf, tok, utts, dropped, load_cmvn(conf), model.eval()
+    cmvn = load_cmvn(conf)
+    cmvn.add_speakers(data)
+    return conf, tok, utts, dropped, cmvn, model.eval()
 
 
 def log_probs(model: torch.nn.Module, utts, cmvn, max_frames: int, desc: str):
@@ -146,6 +148,7 @@ def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, 
         if {k: old.get(k) for k in key} == key:
             return old
     utts, _ = load_utterances(tune_data, tok.encode)
+    cmvn.add_speakers(tune_data)
     emissions = list(log_probs(model, utts, cmvn, max_frames, f"tune on {tune_data.name}"))
     refs = read_table(tune_data / "text")
     wers = []

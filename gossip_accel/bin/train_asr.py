@@ -47,6 +47,9 @@ class ASRDataConf:
     cmvn: Optional[str] = None  # default: <train>/cmvn.ark
     utterance_cmn: bool = False  # after the global CMVN, subtract each utterance's mean (data.features.FeatureNorm)
     utterance_cvn: bool = False  # and divide by each utterance's standard deviation (needs utterance_cmn)
+    # the mean (and standard deviation) above over all the utterance's speaker's utterances instead (utt2spk; Kaldi's
+    # apply-cmvn --utt2spk), from each data dir's cmvn_spk.ark (compute_cmvn --per-speaker, stage 2)
+    speaker_cmvn: bool = False
     max_frames: int = 20000  # padded frames per batch and worker
     max_utt_frames: int = 3000
 
@@ -116,12 +119,15 @@ def feature_dim(utt) -> int:
 
 
 def load_cmvn(conf: ASRConf) -> FeatureNorm:
-    """The feature normalization of a run: its training set's global CMVN, per utterance mean (and variance) if set."""
+    """The feature normalization of a run: its training set's global CMVN, per utterance (or speaker: call its
+    ``add_speakers`` for each data dir) mean and variance if set."""
     mean, std = load_global_cmvn(Path(conf.data.cmvn or Path(conf.data.train) / "cmvn.ark"))
     try:
-        return FeatureNorm(mean, std, conf.data.utterance_cmn, conf.data.utterance_cvn)
+        return FeatureNorm(mean, std, conf.data.utterance_cmn, conf.data.utterance_cvn,
+                           per_speaker=conf.data.speaker_cmvn)
     except ValueError as e:
-        raise ConfigError(f"data.utterance_cvn: {e}") from None
+        key = "data.speaker_cmvn" if conf.data.speaker_cmvn and not conf.data.utterance_cvn else "data.utterance_cvn"
+        raise ConfigError(f"{key}: {e}") from None
 
 
 def ctc_loss_sum(model, batch: dict, ctc: torch.nn.CTCLoss, feats: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -187,6 +193,8 @@ class ASRTask(loop.Task):
         train_utts, self.dropped = load_utterances(Path(conf.data.train), tok.encode, conf.data.max_utt_frames)
         valid_utts, _ = load_utterances(Path(conf.data.valid), tok.encode, conf.data.max_utt_frames)
         self.cmvn = load_cmvn(conf)
+        for data_dir in (conf.data.train, conf.data.valid):
+            self.cmvn.add_speakers(data_dir)
         torch.manual_seed(conf.train.seed)
         self.model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
         self.optimizer = make_optimizer(conf.train.optimizer, self.model, conf.train.lr, conf.train.weight_decay)

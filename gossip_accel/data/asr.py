@@ -89,17 +89,17 @@ def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, ran
     return [batches[i] for i in order[start:][rank::world]]
 
 
-def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor, str], torch.Tensor]] = None,
             perturb: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict:
     """Padded features (B, T, D), each changed by ``perturb`` (e.g. :func:`vtlp`) and then normalized by ``norm``
-    (a :class:`~.features.FeatureNorm`), their lengths, concatenated targets and target lengths."""
+    (a :class:`~.features.FeatureNorm`, given the features and the utterance id), their lengths, concatenated targets and target lengths."""
     from .features import load_feats
 
     feats = [torch.tensor(load_feats(u.feats, u.utt), dtype=torch.float32) for u in batch]
     if perturb is not None:
         feats = [perturb(f) for f in feats]
     if norm is not None:
-        feats = [norm(f) for f in feats]
+        feats = [norm(f, u.utt) for f, u in zip(feats, batch)]
     lengths = torch.tensor([f.shape[0] for f in feats])
     x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
     targets = torch.tensor([t for u in batch for t in u.tokens], dtype=torch.long)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import zlib
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -551,14 +551,50 @@ def load_global_cmvn(path: str | Path, var_floor: float = 1e-10) -> tuple[torch.
         if not mats:
             raise ValueError(f"{path}: empty archive, expected CMVN stats") from None
         stats = sum(np.asarray(m, dtype=np.float64) for _, m in mats)
+    return cmvn_mean_std(stats, str(path), var_floor)
+
+
+def cmvn_mean_std(stats: np.ndarray, where: str, var_floor: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) float32 tensors of one Kaldi-layout (2, dim + 1) stats matrix; ``where`` names it in errors."""
     if stats.ndim != 2 or stats.shape[0] != 2 or stats.shape[1] < 2:
-        raise ValueError(f"{path}: CMVN stats must be a (2, dim + 1) matrix, got shape {stats.shape}")
+        raise ValueError(f"{where}: CMVN stats must be a (2, dim + 1) matrix, got shape {stats.shape}")
     count = stats[0, -1]
     if count <= 0:
-        raise ValueError(f"{path}: CMVN stats have frame count {count}")
+        raise ValueError(f"{where}: CMVN stats have frame count {count}")
     mean = stats[0, :-1] / count
     var = np.maximum(stats[1, :-1] / count - mean ** 2, var_floor)
     return torch.from_numpy(mean).float(), torch.from_numpy(np.sqrt(var)).float()
+
+
+SPEAKER_CMVN = "cmvn_spk.ark"   # a data dir's per-speaker stats (compute_cmvn --per-speaker; Kaldi's cmvn.scp)
+
+
+def load_speaker_cmvn(data_dir: str | Path) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """utt -> (mean, std) of its speaker's features, from ``<data_dir>/cmvn_spk.ark`` and ``utt2spk``: the
+    statistics Kaldi's ``apply-cmvn --utt2spk`` normalizes each utterance with (written by
+    ``compute_cmvn --per-speaker``, the recipes' stage 2)."""
+    import kaldiio
+
+    data_dir = Path(data_dir)
+    path = data_dir / SPEAKER_CMVN
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: data.speaker_cmvn=true needs each data dir's per-speaker stats: "
+                                f"python -m gossip_accel.bin.compute_cmvn --data {data_dir} --per-speaker "
+                                f"(the recipes' stage 2 writes them)")
+    try:
+        stats = {spk: cmvn_mean_std(np.asarray(m, dtype=np.float64), f"{path}: speaker {spk}")
+                 for spk, m in kaldiio.load_ark(str(path))}
+    except ValueError:
+        raise
+    except Exception as e:
+        raise ValueError(f"{path}: not a Kaldi archive of CMVN stats ({e})") from None
+    out = {}
+    for utt, spk in read_kaldi_map(data_dir / "utt2spk").items():
+        if spk not in stats:
+            raise ValueError(f"{path}: no stats for speaker {spk!r} of utterance {utt} ({data_dir / 'utt2spk'}): "
+                             f"rerun compute_cmvn --data {data_dir} --per-speaker")
+        out[utt] = stats[spk]
+    return out
 
 
 @dataclass(frozen=True)
@@ -569,26 +605,53 @@ class FeatureNorm:
     ESPnet's ``utterance_mvn`` without the variance), which removes a voice's or a channel's constant
     spectral offset, also for a voice the training set never had; with ``per_utterance_var`` too each
     dimension is then divided by the utterance's own standard deviation (ESPnet's ``utterance_mvn`` with
-    ``norm_vars``), floored at ``var_floor`` times the global one so that a silent band is not blown up."""
+    ``norm_vars``), floored at ``var_floor`` times the global one so that a silent band is not blown up.
+    With ``per_speaker`` that mean (and variance) are the utterance's speaker's, over all its utterances
+    (Kaldi's ``apply-cmvn --utt2spk``, its recipes' default): :meth:`add_speakers` reads each data dir's."""
 
     mean: torch.Tensor
     std: torch.Tensor
     per_utterance: bool = False
     per_utterance_var: bool = False
     var_floor: float = 0.01
+    per_speaker: bool = False
+    speakers: dict = field(default_factory=dict)   # utt -> (mean, std) of its speaker's raw features
 
     def __post_init__(self):
         if self.per_utterance_var and not self.per_utterance:
             raise ValueError("per-utterance variance normalization needs the per-utterance mean "
                              "(data.utterance_cvn=true needs data.utterance_cmn=true)")
+        if self.per_speaker and not self.per_utterance:
+            raise ValueError("the per-speaker statistics replace the per-utterance ones "
+                             "(data.speaker_cmvn=true needs data.utterance_cmn=true)")
 
-    def __call__(self, feats: torch.Tensor) -> torch.Tensor:
+    def add_speakers(self, data_dir: str | Path) -> None:
+        """Read the per-speaker stats of a data dir whose utterances this norm will see (nothing to do without
+        ``per_speaker``); an utterance id already read from another dir with other stats is a ValueError."""
+        if not self.per_speaker:
+            return
+        for utt, st in load_speaker_cmvn(data_dir).items():
+            old = self.speakers.setdefault(utt, st)
+            if old is not st and not all(torch.equal(a, b) for a, b in zip(old, st)):
+                raise ValueError(f"utterance {utt} of {data_dir} has the id of another data dir's utterance by "
+                                 f"another speaker: per-speaker CMVN needs utterance ids unique across sets")
+
+    def __call__(self, feats: torch.Tensor, utt: Optional[str] = None) -> torch.Tensor:
         x = (feats - self.mean) / self.std
         if not self.per_utterance:
             return x
-        x = x - x.mean(dim=0, keepdim=True)
+        if self.per_speaker:
+            if utt not in self.speakers:
+                raise KeyError(f"utterance {utt}: no per-speaker CMVN stats (it is in no utt2spk of the data dirs "
+                               f"read; FeatureNorm.add_speakers(data dir) first)")
+            mean, std = self.speakers[utt]
+            centre, var = (mean - self.mean) / self.std, (std / self.std).pow(2)
+        else:
+            centre = x.mean(dim=0, keepdim=True)
+            var = (x - centre).pow(2).mean(dim=0, keepdim=True)
+        x = x - centre
         if self.per_utterance_var:
-            x = x / x.pow(2).mean(dim=0, keepdim=True).clamp_min(self.var_floor).sqrt()
+            x = x / var.clamp_min(self.var_floor).sqrt()
         return x
 
 
