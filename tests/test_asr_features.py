@@ -196,6 +196,8 @@ def test_per_speaker_cmvn_stats_and_norm(tmp_path):
     with pytest.raises(ConfigError, match=r"data.speaker_cmvn: .*needs data.utterance_cmn=true"):
         load_cmvn(load_conf([], [f"data.train={data}", "data.speaker_cmvn=true"]))
     assert not FeatureNorm(norm.mean, norm.std, per_utterance=True).speakers   # off: add_speakers reads nothing
+    with pytest.raises(SystemExit, match="several --data dirs need --per-speaker"):
+        compute_cmvn.main(["--data", str(data), str(data)])
     (data / "utt2spk").write_text("spk-u0 a\n")
     with pytest.raises(SystemExit, match=r"utt2spk has no speaker for 4 utterance\(s\) of .*feats.scp"):
         compute_cmvn.main(["--data", str(data), "--per-speaker"])

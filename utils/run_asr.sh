@@ -205,11 +205,11 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     echo "$key" > "data/$x/.fbank.done"
   done
   # each set's own per-speaker stats (data.speaker_cmvn=true; Kaldi's data/<set>/cmvn.scp), again after new features
+  stale=()
   for x in $prep_sets; do
-    if [ ! -f "data/$x/cmvn_spk.ark" ] || [ "data/$x/feats.scp" -nt "data/$x/cmvn_spk.ark" ]; then
-      python -m gossip_accel.bin.compute_cmvn --data "data/$x" --per-speaker
-    fi
+    if [ ! -f "data/$x/cmvn_spk.ark" ] || [ "data/$x/feats.scp" -nt "data/$x/cmvn_spk.ark" ]; then stale+=("data/$x"); fi
   done
+  [ ${#stale[@]} -eq 0 ] || python -m gossip_accel.bin.compute_cmvn --per-speaker --data "${stale[@]}"
   # the training set's CMVN (every set's features are normalized with it): computed once, again
   # only when its features were recomputed; never for a test set prepared alone
   cmvn=data/$train_set/cmvn.ark

@@ -1,7 +1,7 @@
 """Global (or per-speaker) CMVN statistics of a data dir's features, in Kaldi's stats layout.
 
     python -m gossip_accel.bin.compute_cmvn --data data/train [--out data/train/cmvn.ark]
-    python -m gossip_accel.bin.compute_cmvn --data data/test --per-speaker [--out data/test/cmvn_spk.ark]
+    python -m gossip_accel.bin.compute_cmvn --per-speaker --data data/dev data/test [...]
 
 Reads ``<data>/feats.scp`` and writes one (2, dim + 1) double matrix (row 0: per-dimension
 sums and the frame count; row 1: sums of squares) with kaldiio to ``<data>/cmvn.ark``, the
@@ -9,8 +9,8 @@ file Kaldi's ``compute-cmvn-stats scp:feats.scp <file>`` writes and ``apply-cmvn
 Load it with :func:`gossip_accel.data.features.load_global_cmvn` -> (mean, std). Compute it on
 the training set and use it for every set. ``--per-speaker`` writes an archive of one such matrix per
 speaker of ``utt2spk`` to ``<data>/cmvn_spk.ark`` instead (Kaldi's ``compute-cmvn-stats
---spk2utt=ark:spk2utt scp:feats.scp ark:cmvn.ark``): each set's own, read by ``data.speaker_cmvn=true``
-(:func:`gossip_accel.data.features.load_speaker_cmvn`).
+--spk2utt=ark:spk2utt scp:feats.scp ark:cmvn.ark``), for each data dir given: each set's own, read by
+``data.speaker_cmvn=true`` (:func:`gossip_accel.data.features.load_speaker_cmvn`).
 """
 from __future__ import annotations
 
@@ -25,17 +25,27 @@ from ..data.kaldi.tables import DataDirError, refuse_commands
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, help="data dir with feats.scp")
+    ap.add_argument("--data", required=True, nargs="+", help="data dir with feats.scp (with --per-speaker: any number)")
     ap.add_argument("--out", default=None, help=f"stats file (default <data>/cmvn.ark; --per-speaker: <data>/{SPEAKER_CMVN})")
     ap.add_argument("--per-speaker", action="store_true", help="one stats matrix per speaker of <data>/utt2spk")
     args = ap.parse_args(argv)
+    if len(args.data) > 1 and (args.out or not args.per_speaker):
+        raise SystemExit("compute_cmvn: several --data dirs need --per-speaker and no --out (each dir gets its own "
+                         f"{SPEAKER_CMVN})")
+    for data in args.data:
+        stats, n = accumulate(Path(data), args.per_speaker)
+        write(stats, n, Path(args.out) if args.out else Path(data) / (SPEAKER_CMVN if args.per_speaker else "cmvn.ark"),
+              args.per_speaker)
 
-    import kaldiio
+
+def accumulate(data: Path, per_speaker: bool) -> tuple[dict, int]:
+    """Kaldi-layout stats of a data dir's features: {speaker: stats} of utt2spk, or {"": stats}; and the
+    number of utterances. Errors are SystemExit naming the file."""
     from tqdm import tqdm
 
-    scp = Path(args.data) / "feats.scp"
+    scp = data / "feats.scp"
     if not scp.is_file():
-        raise SystemExit(f"compute_cmvn: {scp} not found: run gossip_accel.bin.compute_fbank --data {args.data} first")
+        raise SystemExit(f"compute_cmvn: {scp} not found: run gossip_accel.bin.compute_fbank --data {data} first")
     try:
         refuse_commands(scp, "feats.scp must name archives (file.ark:offset); recompute it with "
                              "gossip_accel.bin.compute_fbank")
@@ -44,10 +54,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"compute_cmvn: {e}") from None
     if not feats:
         raise SystemExit(f"compute_cmvn: {scp} is empty")
-
     speaker_of = None
-    if args.per_speaker:
-        utt2spk = Path(args.data) / "utt2spk"
+    if per_speaker:
+        utt2spk = data / "utt2spk"
         try:
             speaker_of = read_kaldi_map(utt2spk)
         except (DataDirError, OSError) as e:
@@ -57,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"compute_cmvn: {utt2spk} has no speaker for {len(missing)} utterance(s) of {scp} "
                              f"(first: {missing[0]}); fix the data dir (gossip_accel.bin.fix_data_dir)")
     stats: dict = {}   # speaker (or "" for the global stats) -> Kaldi-layout stats
-    for utt, spec in tqdm(feats.items(), desc="cmvn", unit="utt", mininterval=2.0, file=sys.stderr):
+    for utt, spec in tqdm(feats.items(), desc=f"cmvn {data.name}", unit="utt", mininterval=2.0, file=sys.stderr):
         try:
             mat = load_feats(spec, f"{scp}: {utt}")
         except DataDirError as e:
@@ -69,19 +78,24 @@ def main(argv: list[str] | None = None) -> None:
             stats[key] = accumulate_cmvn_stats([mat], stats.get(key))
         except ValueError as e:
             raise SystemExit(f"compute_cmvn: {scp}: utterance {utt}: {e}") from None
-    default = SPEAKER_CMVN if args.per_speaker else "cmvn.ark"
-    out = Path(args.out) if args.out else Path(args.data) / default
+    return stats, len(feats)
+
+
+def write(stats: dict, n: int, out: Path, per_speaker: bool) -> None:
+    """The stats to ``out`` (a matrix, or with ``per_speaker`` an archive keyed by speaker), atomically."""
+    import kaldiio
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")   # an existing stats file stays intact until the end
-    if args.per_speaker:
+    if per_speaker:
         kaldiio.save_ark(str(tmp), dict(sorted(stats.items())))
     else:
         kaldiio.save_mat(str(tmp), stats[""])
     os.replace(tmp, out)
     frames = sum(int(st[0, -1]) for st in stats.values())
     dim = next(iter(stats.values())).shape[1] - 1
-    who = f", {len(stats)} speakers" if args.per_speaker else ""
-    print(f"compute_cmvn: {out}: {len(feats)} utterances{who}, {frames} frames, dim {dim}", file=sys.stderr)
+    who = f", {len(stats)} speakers" if per_speaker else ""
+    print(f"compute_cmvn: {out}: {n} utterances{who}, {frames} frames, dim {dim}", file=sys.stderr)
 
 
 if __name__ == "__main__":
