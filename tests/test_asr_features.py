@@ -16,8 +16,9 @@ import torch
 import torchaudio.compliance.kaldi as kaldi
 
 from gossip_accel.bin import compute_cmvn, compute_fbank, train_units
-from gossip_accel.data.features import (FbankOptions, FeatureError, load_global_cmvn, load_utterance, read_audio,
-                                        read_kaldi_map, split_contiguous)
+from gossip_accel.data.cmvn import load_global_cmvn
+from gossip_accel.data.features import (FbankOptions, FeatureError, load_utterance, read_audio, read_kaldi_map,
+                                        split_contiguous)
 from gossip_accel.data.units import Tokenizer
 
 
@@ -86,6 +87,28 @@ def test_nj2_equals_nj1_and_options(tmp_path):
         assert a.shape[1] == 40
         np.testing.assert_array_equal(a, b)
     assert [len(p) for p in split_contiguous(list(range(7)), 3)] == [3, 2, 2]
+
+
+def test_several_data_dirs_in_one_call_equal_one_call_each(tmp_path):
+    """compute_fbank --data A B --out-root R (the recipes' stage 2): each dir as its own call would make it,
+    its archives in R/<dir name>."""
+    one = make_data_dir(tmp_path / "one")
+    both = [tmp_path / "both" / name for name in ("dev", "test")]
+    for d in both:
+        shutil.copytree(one, d)
+    compute_fbank.main(["--data", str(one), "--out", str(tmp_path / "f1"), "--no-progress", "--allow-pipes"])
+    compute_fbank.main(["--data", *map(str, both), "--out-root", str(tmp_path / "fb"), "--nj", "2", "--no-progress",
+                        "--allow-pipes"])
+    ref = read_kaldi_map(one / "feats.scp")
+    for d in both:
+        scp = read_kaldi_map(d / "feats.scp")
+        assert list(scp) == list(ref) and all(v.startswith(str((tmp_path / "fb" / d.name).resolve())) for v in scp.values())
+        for u in ref:
+            np.testing.assert_array_equal(kaldiio.load_mat(scp[u]), kaldiio.load_mat(ref[u]))
+    with pytest.raises(SystemExit, match="give --out-root with several --data dirs"):
+        compute_fbank.main(["--data", *map(str, both), "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="--out-root needs --data dirs of different names"):
+        compute_fbank.main(["--data", str(both[0]), str(both[0]), "--out-root", str(tmp_path / "x")])
 
 
 @pytest.mark.parametrize("nj", [1, 2])
@@ -160,7 +183,7 @@ def test_per_speaker_cmvn_stats_and_norm(tmp_path):
     """compute_cmvn --per-speaker: one Kaldi stats matrix per speaker of utt2spk; data.speaker_cmvn=true normalizes
     each utterance with its speaker's mean and variance (Kaldi's apply-cmvn --utt2spk)."""
     from gossip_accel.bin.train_asr import load_cmvn, load_conf
-    from gossip_accel.data.features import FeatureNorm, load_speaker_cmvn
+    from gossip_accel.data.cmvn import FeatureNorm, load_speaker_cmvn
     from gossip_accel.sync.config import ConfigError
 
     data = make_data_dir(tmp_path)
@@ -205,7 +228,7 @@ def test_per_speaker_cmvn_stats_and_norm(tmp_path):
 
 def test_feature_norm_global_then_per_utterance_mean():
     from gossip_accel.data.asr import collate
-    from gossip_accel.data.features import FeatureNorm
+    from gossip_accel.data.cmvn import FeatureNorm
 
     gen = torch.Generator().manual_seed(0)
     mean, std = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
@@ -221,7 +244,7 @@ def test_feature_norm_global_then_per_utterance_mean():
 
 
 def test_feature_norm_per_utterance_variance():
-    from gossip_accel.data.features import FeatureNorm
+    from gossip_accel.data.cmvn import FeatureNorm
 
     gen = torch.Generator().manual_seed(1)
     mean, std = torch.randn(4, generator=gen), torch.rand(4, generator=gen) + 0.5
@@ -241,7 +264,7 @@ def test_feature_norm_per_utterance_variance():
 
 def test_collate_normalizes_each_utterance_before_padding(tmp_path):
     from gossip_accel.data.asr import Utterance, collate
-    from gossip_accel.data.features import FeatureNorm
+    from gossip_accel.data.cmvn import FeatureNorm
 
     rng = np.random.default_rng(0)
     mats = {"a": rng.normal(size=(7, 3)).astype(np.float32) + 5, "b": rng.normal(size=(4, 3)).astype(np.float32) - 2}

@@ -53,7 +53,9 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     lm_conf.write_text(re.sub(r"epochs: \d+", "epochs: 1", (RECIPE / "conf" / "lm_units.yaml").read_text())
                        + "  max_steps_per_epoch: 5\n")
     proc = run(recipe, [*TINY, "--stage", "4", "--num-workers", "3", "--port", str(free_port()), "--lm-conf",
-                        str(lm_conf), "--decode-methods", "greedy beam_lm beam_word", "--", *OVERRIDES])
+                        str(lm_conf), "--decode-methods", "greedy beam_lm beam_word",
+                        # a grid of 2 (each point loads the 100k-word lexicon again; the 3 x 3 default: test_asr_recipe)
+                        "--word-lm-weights", "1 3", "--word-scores", "0", "--", *OVERRIDES])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     data = recipe / "data"
     # stages 0-1: LDC layouts -> Kaldi data dirs with segments and reco2file_and_channel

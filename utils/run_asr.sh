@@ -193,6 +193,7 @@ if [ "$augment" -gt 0 ] && [ "$test_only" != true ]; then  # aug<i>- copies; sta
 fi
 
 if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
+  todo=() keys=()
   for x in $prep_sets; do
     key=$(audio_key "data/$x")
     if [ -f "data/$x/feats.scp" ] && up_to_date "data/$x/.fbank.done" "$key" "data/$x/wav.scp"; then
@@ -200,10 +201,13 @@ if [ "$stage" -le 2 ] && [ "$stop_stage" -ge 2 ]; then
     fi
     [ ! -f "data/$x/.fbank.done" ] || log "Stage 2: data/$x changed since its features (audio tables or fbank options)"
     log "Stage 2: ${num_mel_bins}-dim fbank of data/$x ($nj jobs)"
-    python -m gossip_accel.bin.compute_fbank --data "data/$x" --out "fbank/$x" --nj "$nj" --num-mel-bins "$num_mel_bins" \
-      --sample-rate "$sample_rate" $([ "$allow_pipes" = true ] && echo --allow-pipes)
-    echo "$key" > "data/$x/.fbank.done"
+    todo+=("data/$x") keys+=("$key")
   done
+  if [ ${#todo[@]} -gt 0 ]; then   # one process for every set (one start of torch), archives in fbank/<set>
+    python -m gossip_accel.bin.compute_fbank --data "${todo[@]}" --out-root fbank --nj "$nj" \
+      --num-mel-bins "$num_mel_bins" --sample-rate "$sample_rate" $([ "$allow_pipes" = true ] && echo --allow-pipes)
+    for i in "${!todo[@]}"; do echo "${keys[$i]}" > "${todo[$i]}/.fbank.done"; done
+  fi
   # each set's own per-speaker stats (data.speaker_cmvn=true; Kaldi's data/<set>/cmvn.scp), again after new features
   stale=()
   for x in $prep_sets; do

@@ -6,11 +6,11 @@
 Reads ``<data>/feats.scp`` and writes one (2, dim + 1) double matrix (row 0: per-dimension
 sums and the frame count; row 1: sums of squares) with kaldiio to ``<data>/cmvn.ark``, the
 file Kaldi's ``compute-cmvn-stats scp:feats.scp <file>`` writes and ``apply-cmvn`` reads.
-Load it with :func:`gossip_accel.data.features.load_global_cmvn` -> (mean, std). Compute it on
+Load it with :func:`gossip_accel.data.cmvn.load_global_cmvn` -> (mean, std). Compute it on
 the training set and use it for every set. ``--per-speaker`` writes an archive of one such matrix per
 speaker of ``utt2spk`` to ``<data>/cmvn_spk.ark`` instead (Kaldi's ``compute-cmvn-stats
 --spk2utt=ark:spk2utt scp:feats.scp ark:cmvn.ark``), for each data dir given: each set's own, read by
-``data.speaker_cmvn=true`` (:func:`gossip_accel.data.features.load_speaker_cmvn`).
+``data.speaker_cmvn=true`` (:func:`gossip_accel.data.cmvn.load_speaker_cmvn`).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..data.features import SPEAKER_CMVN, accumulate_cmvn_stats, load_feats, read_kaldi_map
-from ..data.kaldi.tables import DataDirError, refuse_commands
+from ..data.cmvn import SPEAKER_CMVN, accumulate_cmvn_stats, load_feats
+from ..data.kaldi.tables import DataDirError, read_table, refuse_commands
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +49,7 @@ def accumulate(data: Path, per_speaker: bool) -> tuple[dict, int]:
     try:
         refuse_commands(scp, "feats.scp must name archives (file.ark:offset); recompute it with "
                              "gossip_accel.bin.compute_fbank")
-        feats = read_kaldi_map(scp)
+        feats = read_table(scp)
     except (DataDirError, OSError) as e:
         raise SystemExit(f"compute_cmvn: {e}") from None
     if not feats:
@@ -58,7 +58,7 @@ def accumulate(data: Path, per_speaker: bool) -> tuple[dict, int]:
     if per_speaker:
         utt2spk = data / "utt2spk"
         try:
-            speaker_of = read_kaldi_map(utt2spk)
+            speaker_of = read_table(utt2spk)
         except (DataDirError, OSError) as e:
             raise SystemExit(f"compute_cmvn: --per-speaker needs {utt2spk}: {e}") from None
         missing = [u for u in feats if u not in speaker_of]

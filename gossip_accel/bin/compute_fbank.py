@@ -1,6 +1,7 @@
 """Compute Kaldi-compatible log-mel filterbank features of a data dir in parallel jobs.
 
     python -m gossip_accel.bin.compute_fbank --data data/train --out fbank/train --nj 4 [--num-mel-bins 80] [--on-error skip]
+    python -m gossip_accel.bin.compute_fbank --data data/dev data/test --out-root fbank --nj 4   # fbank/dev, fbank/test
 
 Reads ``<data>/wav.scp`` (``<utt> <file>``, the rest of the line, spaces and quotes included;
 or ``<utt> <command> |``, which is refused, naming its line, unless ``--allow-pipes``: then it is
@@ -16,12 +17,15 @@ id and path; ``--on-error skip`` reports it on stderr, lists it in ``<out>/skipp
 leaves it out of feats.scp and utt2num_frames (other files of the data dir are untouched; run
 ``utils/fix_data_dir.sh`` or rely on the trainer, which only uses utterances with features).
 A failed run exits 1 with one line naming the file (and line or utterance) and leaves the
-outputs of an earlier run (archives, feats.scp, utt2num_frames) as they were.
+outputs of an earlier run (archives, feats.scp, utt2num_frames) as they were. Several ``--data`` dirs
+(with ``--out-root R``: each dir's archives in ``R/<dir name>``) are computed one after another in one
+process (the recipes' stage 2: one start of torch for every set), stopping at the first that fails.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..data.features import FbankOptions, FeatureError, compute_fbank_dir, fbank_options_from
 
@@ -37,8 +41,9 @@ def str2bool(v: str) -> bool:
 def build_parser() -> argparse.ArgumentParser:
     d = FbankOptions()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, help="Kaldi data dir with wav.scp (and optionally segments)")
-    ap.add_argument("--out", default=None, help="where the archives go (default <data>/data)")
+    ap.add_argument("--data", required=True, nargs="+", help="Kaldi data dir(s) with wav.scp (and optionally segments)")
+    ap.add_argument("--out", default=None, help="where the archives go (default <data>/data; one --data dir only)")
+    ap.add_argument("--out-root", default=None, help="the archives of each --data dir go to <out-root>/<its name>")
     ap.add_argument("--nj", type=int, default=1, help="parallel jobs (processes)")
     ap.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                     help="unreadable/empty audio: stop (fail) or leave the utterance out (skip)")
@@ -77,22 +82,28 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.nj < 1:
         raise SystemExit(f"compute_fbank: --nj must be >= 1, got {args.nj}")
+    if args.out and (args.out_root or len(args.data) > 1):
+        raise SystemExit("compute_fbank: --out names one data dir's archives: give --out-root with several --data dirs")
+    names = [Path(d).name for d in args.data]
+    if args.out_root and len(set(names)) < len(names):
+        raise SystemExit(f"compute_fbank: --out-root needs --data dirs of different names, got {' '.join(args.data)}")
     opts = fbank_options_from(args)
-    try:
-        result = compute_fbank_dir(args.data, args.out, opts, nj=args.nj, channel=args.channel,
-                                   on_rate_mismatch=args.on_rate_mismatch, on_error=args.on_error,
-                                   progress=not args.no_progress, allow_pipes=args.allow_pipes)
-    except (FeatureError, OSError, ValueError) as e:
-        raise SystemExit(f"compute_fbank: {e}") from None
-    out = args.out or f"{args.data}/data"
-    n, frames = len(result.frames), sum(result.frames.values())
-    print(f"compute_fbank: {args.data}/feats.scp: {n} utterances, {frames} frames "
-          f"({frames * opts.frame_shift / 3.6e6:.2f} h), {opts.num_mel_bins} mel bins", file=sys.stderr)
-    for utt, reason in result.skipped:
-        print(f"compute_fbank: skipped {utt}: {reason}", file=sys.stderr)
-    if result.skipped:
-        print(f"compute_fbank: WARNING: {len(result.skipped)} utterance(s) skipped (listed in {out}/skipped.txt) "
-              f"and left out of {args.data}/feats.scp", file=sys.stderr)
+    for data in args.data:
+        out = args.out or (str(Path(args.out_root) / Path(data).name) if args.out_root else f"{data}/data")
+        try:
+            result = compute_fbank_dir(data, out, opts, nj=args.nj, channel=args.channel,
+                                       on_rate_mismatch=args.on_rate_mismatch, on_error=args.on_error,
+                                       progress=not args.no_progress, allow_pipes=args.allow_pipes)
+        except (FeatureError, OSError, ValueError) as e:
+            raise SystemExit(f"compute_fbank: {e}") from None
+        n, frames = len(result.frames), sum(result.frames.values())
+        print(f"compute_fbank: {data}/feats.scp: {n} utterances, {frames} frames "
+              f"({frames * opts.frame_shift / 3.6e6:.2f} h), {opts.num_mel_bins} mel bins", file=sys.stderr)
+        for utt, reason in result.skipped:
+            print(f"compute_fbank: skipped {utt}: {reason}", file=sys.stderr)
+        if result.skipped:
+            print(f"compute_fbank: WARNING: {len(result.skipped)} utterance(s) skipped (listed in {out}/skipped.txt) "
+                  f"and left out of {data}/feats.scp", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..data.asr import collate, epoch_batches, load_utterances, make_batches, spec_augment, vtlp
-from ..data.features import FeatureNorm, load_global_cmvn
+from ..data.cmvn import FeatureNorm, load_global_cmvn
 from ..sync.config import ConfigError
 from ..train import loop
 from ..train.elastic import batches_done
@@ -45,7 +45,7 @@ class ASRDataConf:
     valid: str = "data/dev_clean"
     lang: str = "data/lang_bpe"
     cmvn: Optional[str] = None  # default: <train>/cmvn.ark
-    utterance_cmn: bool = False  # after the global CMVN, subtract each utterance's mean (data.features.FeatureNorm)
+    utterance_cmn: bool = False  # after the global CMVN, subtract each utterance's mean (data.cmvn.FeatureNorm)
     utterance_cvn: bool = False  # and divide by each utterance's standard deviation (needs utterance_cmn)
     # the mean (and standard deviation) above over all the utterance's speaker's utterances instead (utt2spk; Kaldi's
     # apply-cmvn --utt2spk), from each data dir's cmvn_spk.ark (compute_cmvn --per-speaker, stage 2)

@@ -92,8 +92,8 @@ def epoch_batches(batches: Sequence[list[Utterance]], epoch: int, seed: int, ran
 def collate(batch: Sequence[Utterance], norm: Optional[Callable[[torch.Tensor, str], torch.Tensor]] = None,
             perturb: Optional[Callable[[torch.Tensor], torch.Tensor]] = None) -> dict:
     """Padded features (B, T, D), each changed by ``perturb`` (e.g. :func:`vtlp`) and then normalized by ``norm``
-    (a :class:`~.features.FeatureNorm`, given the features and the utterance id), their lengths, concatenated targets and target lengths."""
-    from .features import load_feats
+    (a :class:`~.cmvn.FeatureNorm`, given the features and the utterance id), their lengths, concatenated targets and target lengths."""
+    from .cmvn import load_feats
 
     feats = [torch.tensor(load_feats(u.feats, u.utt), dtype=torch.float32) for u in batch]
     if perturb is not None:
