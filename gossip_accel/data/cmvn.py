@@ -108,12 +108,10 @@ def load_speaker_cmvn(data_dir: str | Path) -> dict[str, tuple[torch.Tensor, tor
                                 f"python -m gossip_accel.bin.compute_cmvn --data {data_dir} --per-speaker "
                                 f"(the recipes' stage 2 writes them)")
     try:
-        stats = {spk: cmvn_mean_std(np.asarray(m, dtype=np.float64), f"{path}: speaker {spk}")
-                 for spk, m in kaldiio.load_ark(str(path))}
-    except ValueError:
-        raise
+        mats = list(kaldiio.load_ark(str(path)))
     except Exception as e:
         raise ValueError(f"{path}: not a Kaldi archive of CMVN stats ({e})") from None
+    stats = {spk: cmvn_mean_std(np.asarray(m, dtype=np.float64), f"{path}: speaker {spk}") for spk, m in mats}
     out = {}
     for utt, spk in read_table(data_dir / "utt2spk").items():
         if spk not in stats:
@@ -141,7 +139,7 @@ class FeatureNorm:
     per_utterance_var: bool = False
     var_floor: float = 0.01
     per_speaker: bool = False
-    speakers: dict = field(default_factory=dict)   # utt -> (mean, std) of its speaker's raw features
+    speakers: dict = field(default_factory=dict)   # utt -> its speaker's (mean, variance) after the global CMVN
 
     def __post_init__(self):
         if self.per_utterance_var and not self.per_utterance:
@@ -156,7 +154,12 @@ class FeatureNorm:
         ``per_speaker``); an utterance id already read from another dir with other stats is a ValueError."""
         if not self.per_speaker:
             return
-        for utt, st in load_speaker_cmvn(data_dir).items():
+        normalized = {}   # the speaker's stats in the globally normalized domain, once per speaker
+        for utt, (mean, std) in load_speaker_cmvn(data_dir).items():
+            key = id(mean)   # every utterance of a speaker holds the same tensors
+            if key not in normalized:
+                normalized[key] = ((mean - self.mean) / self.std, (std / self.std).pow(2))
+            st = normalized[key]
             old = self.speakers.setdefault(utt, st)
             if old is not st and not all(bool((a == b).all()) for a, b in zip(old, st)):
                 raise ValueError(f"utterance {utt} of {data_dir} has the id of another data dir's utterance by "
@@ -170,8 +173,7 @@ class FeatureNorm:
             if utt not in self.speakers:
                 raise KeyError(f"utterance {utt}: no per-speaker CMVN stats (it is in no utt2spk of the data dirs "
                                f"read; FeatureNorm.add_speakers(data dir) first)")
-            mean, std = self.speakers[utt]
-            centre, var = (mean - self.mean) / self.std, (std / self.std).pow(2)
+            centre, var = self.speakers[utt]
         else:
             centre = x.mean(dim=0, keepdim=True)
             var = (x - centre).pow(2).mean(dim=0, keepdim=True)
