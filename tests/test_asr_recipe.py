@@ -118,6 +118,28 @@ def test_two_workers_train_resume_exactly_and_decode(asr_dir):
     assert len((out / "hyp.txt").read_text().splitlines()) == 8
 
 
+def test_frames_per_step_is_one_step_of_all_workers(asr_dir):
+    """data.frames_per_step: one worker's batches hold what two workers' batches of half the frames hold; an
+    elastic resume continues after the frames the earlier workers consumed; a bad value is one ConfigError line."""
+    from gossip_accel.bin.train_asr import ASRTask, load_conf, worker_frames
+    from gossip_accel.sync.config import ConfigError
+
+    data = [f"data.train={asr_dir / 'data' / 'train'}", f"data.valid={asr_dir / 'data' / 'dev'}",
+            f"data.lang={asr_dir / 'data' / 'lang_char'}", "data.max_frames=100"]
+    conf = load_conf([str(CONF)], [*data, "data.frames_per_step=1600"])
+    assert worker_frames(conf.data, 1) == 1600 and worker_frames(conf.data, 2) == 800 and worker_frames(conf.data, 3) == 533
+    one, two = ASRTask(conf, 0, 1), ASRTask(conf, 1, 2)
+    assert one.train_batches == ASRTask(load_conf([str(CONF)], [*data, "data.max_frames=1600"]), 0, 1).train_batches
+    assert two.train_batches == ASRTask(load_conf([str(CONF)], [*data, "data.max_frames=800"]), 1, 2).train_batches
+    assert len(two.train_batches) > len(one.train_batches)
+    assert all(len(b) * max(u.frames for u in b) <= 800 for b in two.train_batches if len(b) > 1)
+    # 2 workers took 1 step each (2 batches of 800 frames); the one worker resumes after 1 batch of 1600
+    assert one.rest_of_epoch(1, [(2, 1)]) == one.batches(1)[1:]
+    assert two.rest_of_epoch(1, [(2, 1)]) == two.batches(1)[1:]  # the same workers: after the 2 batches they took
+    with pytest.raises(ConfigError, match=r"^data.frames_per_step=0: must be >= 1"):
+        load_conf([str(CONF)], [*data, "data.frames_per_step=0"])
+
+
 def test_newbob_schedule():
     class Opt:
         param_groups = [{"lr": 1.0}]

@@ -116,8 +116,8 @@ def test_run_sh_help_and_unknown_option():
 
 def test_librispeech_recipe_default_is_the_full_mini_recipe(tmp_path):
     """recipes/librispeech/asr1/run.sh without --mini (the full mini recipe), shrunk: espeak-ng speakers read a
-    third copy of the training sentences in train-clean-100 alone, the speed-perturbed copy is trained on, with
-    conf/train_tdnn512.yaml (per-utterance variance, epochs counted in batches of all workers)."""
+    third and fourth copy of the training sentences in train-clean-100 alone, the speed-perturbed copy is trained
+    on, with conf/train_tdnn512.yaml (per-speaker mean and variance, a step's frames shared by the workers)."""
     recipe = linked_recipe(ROOT / "recipes" / "librispeech" / "asr1", tmp_path / "asr1")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     shown = subprocess.run(["bash", str(recipe / "run.sh"), "--help"], cwd=recipe, env=env, capture_output=True,
@@ -127,13 +127,13 @@ def test_librispeech_recipe_default_is_the_full_mini_recipe(tmp_path):
     proc = subprocess.run(["bash", str(recipe / "run.sh"), "--stop-stage", "4", "--mini-train-utts", "24",
                            "--mini-eval-utts", "8", "--mini-speakers-per-voice", "1", "--mini-train-only-speakers", "2",
                            "--algorithms", "ddp", "--num-workers", "2", "--port", str(free_port()), "--",
-                           "train.max_epochs=1", "train.max_batches_per_epoch=5", "model.options.hidden=32",
+                           "train.max_epochs=1", "train.max_steps_per_epoch=3", "model.options.hidden=32",
                            "model.options.layers=1"], cwd=recipe, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     stats = json.loads((recipe / "data" / "mini_librispeech" / "mini_librispeech.json").read_text())["stats"]
     train_voices = stats["subsets"]["train-clean-100"]["voices"]
     assert sum(v.startswith("espeak-") for v in train_voices) == 2 and len(train_voices) == 6
-    assert stats["subsets"]["train-clean-100"]["utterances"] == 72                 # 24 sentences x 3 readings
+    assert stats["subsets"]["train-clean-100"]["utterances"] == 96                 # 24 sentences x 4 readings
     assert not any(v.startswith("espeak-") for v in stats["subsets"]["test-clean"]["voices"])
     # dev-other: voices heard neither in training nor in test-other, prepared for tuning test_other's decoding on
     dev_other = stats["subsets"]["dev-other"]["voices"]
@@ -143,6 +143,7 @@ def test_librispeech_recipe_default_is_the_full_mini_recipe(tmp_path):
     assert "EDMONTON" in lm_text and "THE CAPITAL OF THE PROVINCE OF ALBERTA" in lm_text   # WordNet's words and glosses
     run_dir = recipe / "exp" / "tdnn512_ddp-n2"
     conf = (run_dir / "config.yaml").read_text()
-    assert "utterance_cvn: true" in conf and "max_batches_per_epoch: 5" in conf and "train_clean_100_sp" in conf
+    assert "speaker_cmvn: true" in conf and "frames_per_step: 16000" in conf and "train_clean_100_sp" in conf
+    assert (recipe / "data" / "train_clean_100_sp" / "cmvn_spk.ark").is_file()
     res = json.loads((run_dir / "results.json").read_text())
-    assert res["workers"] == 2 and res["history"][0]["steps"] == 3                 # ceil(5 batches / 2 workers)
+    assert res["workers"] == 2 and res["history"][0]["steps"] == 3

@@ -34,7 +34,7 @@ from ..data.asr import collate, epoch_batches, load_utterances, make_batches, sp
 from ..data.cmvn import FeatureNorm, load_global_cmvn
 from ..sync.config import ConfigError
 from ..train import loop
-from ..train.elastic import batches_done
+from ..train.elastic import batches_done, steps_done
 from ..train.config import RunConf, load_structured
 from ..train.optimizers import make_optimizer
 
@@ -51,6 +51,9 @@ class ASRDataConf:
     # apply-cmvn --utt2spk), from each data dir's cmvn_spk.ark (compute_cmvn --per-speaker, stage 2)
     speaker_cmvn: bool = False
     max_frames: int = 20000  # padded frames per batch and worker
+    # padded frames of one step of all the workers together (ESPnet's global batch_bins): each worker's batches hold
+    # frames_per_step / workers instead of max_frames, so one worker learns from DDP's batch of N workers
+    frames_per_step: Optional[int] = None
     max_utt_frames: int = 3000
 
 
@@ -103,7 +106,17 @@ class ASRConf:
 
 
 def load_conf(paths: list[str], overrides: list[str]) -> ASRConf:
-    return load_structured(ASRConf, paths, overrides)
+    conf = load_structured(ASRConf, paths, overrides)
+    if conf.data.frames_per_step is not None and conf.data.frames_per_step < 1:
+        raise ConfigError(f"data.frames_per_step={conf.data.frames_per_step}: must be >= 1 (or null: data.max_frames "
+                          "per worker)")
+    return conf
+
+
+def worker_frames(data: ASRDataConf, world: int) -> int:
+    """Padded frames of one worker's batch: ``data.frames_per_step`` shared by the ``world`` workers when set
+    (at least one frame each), else ``data.max_frames``."""
+    return max(1, data.frames_per_step // world) if data.frames_per_step else data.max_frames
 
 
 def build_model(conf: ASRConf, feat_dim: int, vocab_size: int) -> torch.nn.Module:
@@ -199,8 +212,8 @@ class ASRTask(loop.Task):
         self.model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
         self.optimizer = make_optimizer(conf.train.optimizer, self.model, conf.train.lr, conf.train.weight_decay)
         self.ctc = torch.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
-        self.train_batches = make_batches(train_utts, conf.data.max_frames)
-        self.valid_batches = make_batches(valid_utts, conf.data.max_frames)[rank::world]
+        self.train_batches = make_batches(train_utts, worker_frames(conf.data, world))
+        self.valid_batches = make_batches(valid_utts, worker_frames(conf.data, world))[rank::world]
         t = conf.train
         self.schedule = NewBob(t.start_halving_impr, t.end_halving_impr, t.halving_factor, t.min_epochs,
                                t.keep_lr_epochs)
@@ -214,9 +227,12 @@ class ASRTask(loop.Task):
         return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world)
 
     def rest_of_epoch(self, epoch: int, segments) -> list:
-        """Elastic resume: the shuffled list after the n x d batches each segment consumed, every m-th."""
-        return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world,
-                             start=batches_done(segments))
+        """Elastic resume: the shuffled list after the n x d batches each segment consumed, every m-th. With
+        ``data.frames_per_step`` a batch's size depends on the workers: the list resumes after d x m of this run's
+        batches, the frames the segments consumed (exact when m = n; across worker counts the two lists differ,
+        so some utterances of that epoch are seen twice or not at all)."""
+        start = steps_done(segments) * self.world if self.conf.data.frames_per_step else batches_done(segments)
+        return epoch_batches(self.train_batches, epoch, self.conf.train.seed, self.rank, self.world, start=start)
 
     def begin_epoch(self, epoch: int, saved: dict) -> None:
         self.gen = torch.Generator().manual_seed(self.conf.train.seed * 1_000_003 + epoch * 101 + self.rank)

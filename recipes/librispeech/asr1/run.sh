@@ -4,7 +4,7 @@
 # This file holds the corpus's defaults; the stages are utils/run_asr.sh's, the data preparation
 # local/data.sh's. Every option of either is an option here (./run.sh --help lists them).
 #
-#   ./run.sh              # the full mini recipe (7.5 h synthesized offline, TDNN 512): one worker, DDP and gossip-BMUF on 4
+#   ./run.sh              # the full mini recipe (9.9 h synthesized offline, TDNN 512): one worker, DDP and gossip-BMUF on 4
 #   ./run.sh --mini quick # the quick start's (1.6 h, TDNN 256); ./run.sh --tasks asr at the top: DDP and gossip-BMUF
 #   ./run.sh --librispeech-root /data/LibriSpeech --conf conf/paper/train_dnn.yaml --num-mel-bins 40 --ngpu 8 \
 #            --lm-text /data/librispeech-lm-norm.txt.gz   # openslr.org/11
@@ -23,14 +23,14 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 # The mini corpus: phone units of flite's own G2P, decoded to words by beam_word alone (the word 3-gram of its LM
 # text + WordNet's, the lexicon widened by wamerican-huge; README.md "Phone units and a lexicon"). quick: 20 flite
 # speakers read 1200 sentences once (1.6 h), the 256-wide TDNN. full: 40 flite speakers read 2000 sentences twice,
-# 20 espeak-ng speakers (voices never in dev or test) a third time (7.5 h), speed-perturbed 3-way (18000 utterances);
-# the 512-wide TDNN, each utterance's mean and variance normalized (RESULTS.md "More voices in training").
+# 40 espeak-ng speakers (42 voices never in dev or test) twice more (9.9 h), speed-perturbed 3-way (24000 utterances);
+# the 512-wide TDNN, per-speaker mean and variance, DDP's steps (RESULTS.md "A fourth reading", "Per-speaker CMVN").
 mini_quick=(--conf conf/train_tdnn.yaml --unit-type phone --g2p flite --decode-methods beam_word
   --lm-text data/mini_librispeech/librispeech-lm-norm.txt --word-list /usr/share/dict/american-english-huge
   --mini-lm-wordnet /usr/share/wordnet)
 mini_full=("${mini_quick[@]}" --conf conf/train_tdnn512.yaml --algorithms "single ddp gossip_bmuf"
-  --mini-train-utts 2000 --mini-train-readings 3 --mini-speakers-per-voice 10 --speed-perturb "0.9 1.0 1.1"
-  --mini-train-only-voices "espeak-*-m1 espeak-*-m3 espeak-*-f2" --mini-train-only-speakers 20)
+  --mini-train-utts 2000 --mini-train-readings 4 --mini-speakers-per-voice 10 --speed-perturb "0.9 1.0 1.1"
+  --mini-train-only-voices "espeak-*-m1 espeak-*-m3 espeak-*-f2 espeak-*-m4 espeak-*-f1 espeak-*-m6" --mini-train-only-speakers 40)
 case $mini in quick|full) ;; *) echo "run.sh: --mini $mini: use full or quick" >&2; exit 1 ;; esac
 corpus=(--unit-type char --decode-methods "greedy beam_word")   # the real LibriSpeech's
 [ -n "$librispeech_root" ] || [ "$mini" != quick ] || corpus=("${mini_quick[@]}")
