@@ -23,7 +23,7 @@ keep_unknown_options=true   # every other option goes on to utils/run_asr.sh, wh
 # The mini corpus: phone units of flite's own G2P, decoded to words by beam_word alone (the word 3-gram of its LM
 # text + WordNet's, the lexicon widened by wamerican-huge; README.md "Phone units and a lexicon"). quick: 20 flite
 # speakers read 1200 sentences once (1.6 h), the 256-wide TDNN. full: 40 flite speakers read 2000 sentences twice,
-# 40 espeak-ng speakers (42 voices never in dev or test) twice more (9.9 h), speed-perturbed 3-way (24000 utterances);
+# 40 espeak-ng speakers (of 42 voices never in dev or test) twice more (9.9 h), speed-perturbed 3-way (24000 utterances);
 # the 512-wide TDNN, per-speaker mean and variance, DDP's steps (RESULTS.md "A fourth reading", "Per-speaker CMVN").
 mini_quick=(--conf conf/train_tdnn.yaml --unit-type phone --g2p flite --decode-methods beam_word
   --lm-text data/mini_librispeech/librispeech-lm-norm.txt --word-list /usr/share/dict/american-english-huge
