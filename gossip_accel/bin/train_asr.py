@@ -212,8 +212,9 @@ class ASRTask(loop.Task):
         self.model = build_model(conf, feature_dim(train_utts[0]), tok.vocab_size)
         self.optimizer = make_optimizer(conf.train.optimizer, self.model, conf.train.lr, conf.train.weight_decay)
         self.ctc = torch.nn.CTCLoss(blank=0, reduction="sum", zero_infinity=True)
-        self.train_batches = make_batches(train_utts, worker_frames(conf.data, world))
-        self.valid_batches = make_batches(valid_utts, worker_frames(conf.data, world))[rank::world]
+        frames = worker_frames(conf.data, world)
+        self.train_batches = make_batches(train_utts, frames)
+        self.valid_batches = make_batches(valid_utts, frames)[rank::world]
         t = conf.train
         self.schedule = NewBob(t.start_halving_impr, t.end_halving_impr, t.halving_factor, t.min_epochs,
                                t.keep_lr_epochs)
