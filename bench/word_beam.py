@@ -9,6 +9,11 @@ Run in a recipe dir (the paths of the run's config). The model's log-probabiliti
 its ``beam_threshold``) builds a :class:`gossip_accel.asr.word_lm.WordDecoder` and decodes the whole set. Seconds
 are the decoder's own wall time (building the lexicon trie is timed apart, once). Prints a table, writes JSON and
 a plot of %WER against seconds; run it alone on the machine, the times count every other process.
+
+``--repeats N`` decodes the same log-probabilities N times a setting, each with a new decoder (as each decode of the
+recipe is), and reports the lowest and highest %WER and the utterances whose words differ between the decodes:
+flashlight's decoder orders its LM states by memory address (``LMState::compare``), so the search's ties can break
+differently from one decode to the next; this measures how far one model's WER moves from that alone.
 """
 from __future__ import annotations
 
@@ -38,6 +43,22 @@ def parse_setting(text: str) -> tuple[int, int, float]:
         raise SystemExit(f"word_beam: --settings {text!r}: write beam:units:threshold, e.g. 400:6:25") from None
 
 
+def repeat_decodes(make_decoder, emissions, refs: dict[str, str], repeats: int) -> dict:
+    """Decode ``emissions`` (batches of utterance ids, log-probs, lengths) ``repeats`` times, each with a new decoder
+    of ``make_decoder()``: every decode's %WER and seconds, and the utterances whose words differ from the first's."""
+    wers, seconds, first, differing = [], [], None, set()
+    for _ in range(repeats):
+        dec = make_decoder()
+        start = time.perf_counter()
+        hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
+        seconds.append(time.perf_counter() - start)
+        wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
+        first = first or hyps
+        differing |= {u for u in hyps if hyps[u] != first[u]}
+    return {"wers": wers, "seconds": seconds, "utterances": len(first or {}),
+            "differing_utterances": sorted(differing)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--exp-dir", required=True)
@@ -47,10 +68,14 @@ def main() -> None:
     ap.add_argument("--lm-weight", type=float, default=3.0)
     ap.add_argument("--word-score", type=float, default=-1.0)
     ap.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, help="beam:units:threshold each")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="decodes of each setting, each with a new decoder (> 1: the spread of %%WER between them)")
     ap.add_argument("--json", default=str(ROOT / "bench/results/word_beam.json"))
     ap.add_argument("--plot", default=str(ROOT / "docs/img/bench_word_beam.png"))
     args = ap.parse_args()
     settings = [parse_setting(s) for s in args.settings]
+    if args.repeats < 1:
+        raise SystemExit(f"word_beam: --repeats {args.repeats}: decode each setting at least once")
     exp, data, lm_dir = Path(args.exp_dir), Path(args.data), Path(args.word_lm_dir)
     weights = Path(args.model) if args.model else exp / "final.pt"
 
@@ -62,28 +87,36 @@ def main() -> None:
     load_seconds = time.perf_counter() - start
 
     rows = []
+    spread = args.repeats > 1
     print(f"{weights} on {data} (LM weight {args.lm_weight}, word score {args.word_score}); the lexicon trie "
-          f"loads in {load_seconds:.1f} s\n\n| beam | units a frame | threshold | %WER | decoder seconds |\n|---|---|---|---|---|")
+          f"loads in {load_seconds:.1f} s\n\n| beam | units a frame | threshold | %WER | decoder seconds |"
+          + (f" %WER lowest-highest of {args.repeats} decodes | utterances differing |" if spread else "")
+          + "\n|---|---|---|---|---|" + ("---|---|" if spread else ""))
     for beam, units, threshold in settings:
-        dec = WordDecoder(lm_dir, tok, beam=beam, lm_weight=args.lm_weight, word_score=args.word_score,
-                          beam_threshold=threshold, beam_size_token=units or None)
-        start = time.perf_counter()
-        hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
-        seconds = time.perf_counter() - start
-        wer = compute_wer(refs, hyps)[0].wer
-        rows.append({"beam": beam, "units": units or "all", "threshold": threshold, "wer": round(wer, 2),
-                     "seconds": round(seconds, 1)})
-        print(f"| {beam} | {units or 'all'} | {threshold:g} | {wer:.2f} | {seconds:.1f} |", flush=True)
+        r = repeat_decodes(lambda: WordDecoder(lm_dir, tok, beam=beam, lm_weight=args.lm_weight,
+                                               word_score=args.word_score, beam_threshold=threshold,
+                                               beam_size_token=units or None), emissions, refs, args.repeats)
+        row = {"beam": beam, "units": units or "all", "threshold": threshold, "wer": r["wers"][0],
+               "seconds": round(r["seconds"][0], 1)}
+        if spread:
+            row.update(wers=r["wers"], differing_utterances=r["differing_utterances"])
+        rows.append(row)
+        print(f"| {beam} | {units or 'all'} | {threshold:g} | {row['wer']:.2f} | {row['seconds']:.1f} |"
+              + (f" {min(r['wers']):.2f}-{max(r['wers']):.2f} | {len(r['differing_utterances'])} of {r['utterances']} |"
+                 if spread else ""), flush=True)
 
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"model": str(weights), "data": str(data), "word_lm": str(lm_dir),
                                            "lm_weight": args.lm_weight, "word_score": args.word_score,
-                                           "trie_load_seconds": round(load_seconds, 1), "rows": rows}, indent=2))
+                                           "trie_load_seconds": round(load_seconds, 1), "repeats": args.repeats,
+                                           "rows": rows}, indent=2))
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter([r["seconds"] for r in rows], [r["wer"] for r in rows])
+    if spread:   # the lowest and highest %WER of the repeated decodes
+        ax.vlines([r["seconds"] for r in rows], [min(r["wers"]) for r in rows], [max(r["wers"]) for r in rows])
     for r in rows:
         ax.annotate(f"{r['beam']}/{r['units']}/{r['threshold']:g}", (r["seconds"], r["wer"]), fontsize=7)
     ax.set_xlabel("decoder seconds"), ax.set_ylabel(f"%WER {data.name}")

@@ -77,6 +77,22 @@ def test_decoder_outputs_lexicon_words_and_the_lm_decides_between_them(lang, wor
     assert got == ["THE CAT SAT", "A CAT"]
 
 
+def test_repeated_decodes_give_each_wer_and_the_utterances_that_differ(lang, word_lm):
+    from bench.word_beam import repeat_decodes
+    out, _ = word_lm
+    sat = emissions(lang, [{c: 0.9} for c in "\u2581THE\u2581CAT\u2581S"] + [{"E": 0.5, "A": 0.4}, {"T": 0.9}])
+    cat = emissions(lang, [{c: 0.9} for c in "\u2581A\u2581CAT"])
+    batches = [(["u1"], sat, torch.tensor([sat.shape[1]])), (["u2"], cat, torch.tensor([cat.shape[1]]))]
+    refs = {"u1": "THE CAT SAT", "u2": "A CAT"}
+    same = repeat_decodes(lambda: WordDecoder(out, lang, beam=20, lm_weight=1.0), batches, refs, 3)
+    assert same["wers"] == [0.0, 0.0, 0.0] and same["differing_utterances"] == [] and same["utterances"] == 2
+    assert len(same["seconds"]) == 3
+    # decoders that differ (no LM, then the LM): SET, then SAT for u1; u2 the same
+    weights = iter([0.0, 1.0])
+    varied = repeat_decodes(lambda: WordDecoder(out, lang, beam=20, lm_weight=next(weights)), batches, refs, 2)
+    assert varied["wers"] == [20.0, 0.0] and varied["differing_utterances"] == ["u1"]
+
+
 def test_max_words_keeps_the_most_frequent_and_the_lm_maps_the_rest_to_unk(lang, tmp_path):
     info = build_word_lm(LM_TEXT, lang, tmp_path / "lm", order=2, max_words=3, binary=False)
     assert [line.split()[0] for line in (tmp_path / "lm" / "lexicon.txt").read_text().splitlines()] == ["THE", "CAT", "SAT"]
