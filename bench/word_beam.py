@@ -53,9 +53,10 @@ def repeat_decodes(make_decoder, emissions, refs: dict[str, str], repeats: int) 
         hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
         seconds.append(time.perf_counter() - start)
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
-        first = first or hyps
+        if first is None:
+            first = hyps
         differing |= {u for u in hyps if hyps[u] != first[u]}
-    return {"wers": wers, "seconds": seconds, "utterances": len(first or {}),
+    return {"wers": wers, "seconds": seconds, "utterances": len(first),
             "differing_utterances": sorted(differing)}
 
 
