@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from gossip_accel.asr.scoring import compute_wer  # noqa: E402
 from gossip_accel.asr.word_lm import WordDecoder  # noqa: E402
-from gossip_accel.bin.decode_asr import load_run, log_probs  # noqa: E402
+from gossip_accel.bin.decode_asr import decode_words, load_run, log_probs  # noqa: E402
 from gossip_accel.data.kaldi import read_table  # noqa: E402
 
 DEFAULT_SETTINGS = ["50:0:25", "100:0:25", "200:0:25", "200:0:15", "200:12:25", "300:8:25", "400:4:25", "400:6:25",
@@ -50,7 +50,7 @@ def repeat_decodes(make_decoder, emissions, refs: dict[str, str], repeats: int) 
     for _ in range(repeats):
         dec = make_decoder()
         start = time.perf_counter()
-        hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
+        hyps = decode_words(dec, emissions)
         seconds.append(time.perf_counter() - start)
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
         if first is None:

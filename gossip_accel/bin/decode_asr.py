@@ -120,6 +120,12 @@ def log_probs(model: torch.nn.Module, utts, cmvn, max_frames: int, desc: str):
             yield batch["utts"], logp, olens
 
 
+def decode_words(decoder, emissions) -> dict[str, str]:
+    """Each utterance's words from ``decoder`` (a :class:`WordDecoder`) over ``emissions`` (:func:`log_probs`'s
+    batches of utterance ids, log-probs, output lengths)."""
+    return {u: h for ids, lp, ol in emissions for u, h in zip(ids, decoder(lp, ol))}
+
+
 def word_list_of(word_lm: Path) -> str:
     """The dictionary whose words widened the word LM dir's lexicon (make_word_lm --word-list), or ''."""
     info = word_lm / "info.json"
@@ -155,7 +161,7 @@ def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, 
     for lm_weight, word_score in tqdm(grid, desc=f"tune {len(grid)} (LM weight, word score)", mininterval=2.0):
         dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score,
                           beam_size_token=beam_size_token)
-        hyps = {u: h for ids, lp, ol in emissions for u, h in zip(ids, dec(lp, ol))}
+        hyps = decode_words(dec, emissions)
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
     best = min(range(len(grid)), key=lambda i: (wers[i], i))
     result = {**key, "wer": wers, "chosen": list(grid[best]), "chosen_wer": wers[best]}
