@@ -6,12 +6,12 @@
 
 Run in a recipe dir (the paths of the run's config). The model's log-probabilities are computed once; then each
 ``beam:units:threshold`` setting (``units`` = flashlight's ``beam_size_token``, 0 = every unit; ``threshold`` =
-its ``beam_threshold``) builds a :class:`gossip_accel.asr.word_lm.WordDecoder` and decodes the whole set. Seconds
-are the decoder's own wall time (building the lexicon trie is timed apart, once). Prints a table, writes JSON and
+its ``beam_threshold``) builds a :class:`gossip_accel.asr.word_lm.WordDecoder` on the one lexicon trie and decodes
+the whole set. Seconds are the decoder's own wall time (building the lexicon trie is timed apart, once). Prints a table, writes JSON and
 a plot of %WER against seconds; run it alone on the machine, the times count every other process.
 
 ``--repeats N`` decodes the same log-probabilities N times a setting, each with a new decoder (as each decode of the
-recipe is), and reports the lowest and highest %WER and the utterances whose words differ between the decodes:
+recipe is; all on the one trie, as the recipe's tuning grid), and reports the lowest and highest %WER and the utterances whose words differ between the decodes:
 flashlight's decoder orders its LM states by memory address (``LMState::compare``), so the search's ties can break
 differently from one decode to the next; this measures how far one model's WER moves from that alone.
 """
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gossip_accel.asr.scoring import compute_wer  # noqa: E402
-from gossip_accel.asr.word_lm import WordDecoder  # noqa: E402
+from gossip_accel.asr.word_lm import LexiconTrie, WordDecoder  # noqa: E402
 from gossip_accel.bin.decode_asr import decode_words, load_run, log_probs  # noqa: E402
 from gossip_accel.data.kaldi import read_table  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> None:
     emissions = list(log_probs(model, utts, cmvn, 20000, f"forward {data.name}"))
     refs = read_table(data / "text")
     start = time.perf_counter()
-    WordDecoder(lm_dir, tok, lm_weight=args.lm_weight, word_score=args.word_score)
+    lexicon = LexiconTrie(lm_dir, tok)
     load_seconds = time.perf_counter() - start
 
     rows = []
@@ -96,7 +96,8 @@ def main() -> None:
     for beam, units, threshold in settings:
         r = repeat_decodes(lambda: WordDecoder(lm_dir, tok, beam=beam, lm_weight=args.lm_weight,
                                                word_score=args.word_score, beam_threshold=threshold,
-                                               beam_size_token=units or None), emissions, refs, args.repeats)
+                                               beam_size_token=units or None, lexicon=lexicon),
+                           emissions, refs, args.repeats)
         row = {"beam": beam, "units": units or "all", "threshold": threshold, "wer": r["wers"][0],
                "seconds": round(r["seconds"][0], 1)}
         if spread:

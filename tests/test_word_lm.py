@@ -1,4 +1,4 @@
-"""Word-level decoding: KenLM n-gram + lexicon spelled in the model's units + torchaudio's CTC lexicon decoder."""
+"""Word-level decoding: KenLM n-gram + lexicon spelled in the model's units + flashlight's CTC lexicon decoder."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gossip_accel.asr.word_lm import WordDecoder, build_word_lm, oov_rate, read_word_list
+from gossip_accel.asr.word_lm import LexiconTrie, WordDecoder, build_word_lm, oov_rate, read_word_list
+from gossip_accel.data.units import BLANK, UNK
 from gossip_accel.data.units import train_units
 
 LM_TEXT = ["THE CAT SAT", "THE CAT SAT ON THE MAT", "THE DOG SAT", "A CAT SAT", "THEY SET THE TABLE",
@@ -75,6 +76,32 @@ def test_decoder_outputs_lexicon_words_and_the_lm_decides_between_them(lang, wor
     batch[0], batch[1, :short.shape[1]] = lp[0], short[0]
     got = WordDecoder(out, tok, beam=20, lm_weight=1.0)(batch, torch.tensor([lp.shape[1], short.shape[1]]))
     assert got == ["THE CAT SAT", "A CAT"]
+
+
+def test_decoders_sharing_one_trie_decode_as_torchaudios_ctc_decoder(lang, word_lm):
+    """The tuning grid's decoders share one lexicon trie; each decodes what torchaudio's ctc_decoder (which builds
+    its own trie from the same files) decodes with the same weights."""
+    from torchaudio.models.decoder import ctc_decoder
+    out, _ = word_lm
+    sat = emissions(lang, [{c: 0.9} for c in "\u2581THE\u2581CAT\u2581S"] + [{"E": 0.5, "A": 0.4}, {"T": 0.9}])
+    cot = emissions(lang, [{c: 0.6, "\u2581": 0.3} for c in "\u2581A\u2581C"] + [{"O": 0.6, "A": 0.3}, {"T": 0.9}])
+    batch = torch.full((2, sat.shape[1], sat.shape[2]), -9.0)
+    batch[0], batch[1, :cot.shape[1]] = sat[0], cot[0]
+    lengths = torch.tensor([sat.shape[1], cot.shape[1]], dtype=torch.int32)
+    trie = LexiconTrie(out, lang)
+    got = {}
+    for lm_weight in (0.0, 0.5, 1.0, 3.0):
+        for word_score in (-2.0, 0.0, 1.0):
+            ours = WordDecoder(out, lang, beam=20, lm_weight=lm_weight, word_score=word_score, lexicon=trie)
+            theirs = ctc_decoder(lexicon=str(out / "lexicon.txt"), tokens=lang.tokens, lm=str(out / "lm.bin"), nbest=1,
+                                 beam_size=20, beam_threshold=25.0, lm_weight=lm_weight, word_score=word_score,
+                                 sil_score=0.0, blank_token=BLANK, sil_token=UNK, unk_word=UNK)
+            expected = [" ".join(r[0].words) for r in theirs(batch, lengths)]
+            got[lm_weight, word_score] = ours(batch, lengths)
+            assert got[lm_weight, word_score] == expected, (lm_weight, word_score)
+    assert got[0.0, 0.0] == ["THE CAT SET", "A CAT"] and got[1.0, 0.0][0] == "THE CAT SAT"   # the weights matter
+    with pytest.raises(ValueError, match="lexicon trie of"):
+        WordDecoder(out.parent, lang, lexicon=trie)
 
 
 def test_repeated_decodes_give_each_wer_and_the_utterances_that_differ(lang, word_lm):

@@ -168,35 +168,77 @@ def oov_rate(sentences: Iterable[str], lexicon: Path) -> float:
     return sum(w not in known for w in words) / max(1, len(words))
 
 
-class WordDecoder:
-    """CTC lexicon beam search with a word n-gram over a batch of log-probabilities (B, T, V)."""
+class LexiconTrie:
+    """What a word decoder needs whatever its weights, built once per word LM dir: the unit and word
+    dictionaries, the KenLM, and the lexicon trie of the units' spellings, each word labelled with its
+    unigram log-probability and the trie smeared by the max (flashlight-text's public API, as torchaudio's
+    ``ctc_decoder`` builds it). The trie of a 357k-word lexicon takes ~20 s; every :class:`WordDecoder` of
+    one tuning grid shares it."""
 
-    def __init__(self, lm_dir: Path, tok: Units, beam: int = 50, lm_weight: float = 1.0,
-                 word_score: float = 0.0, beam_threshold: float = 25.0, beam_size_token: Optional[int] = None):
-        from torchaudio.models.decoder import ctc_decoder
+    def __init__(self, lm_dir: Path, tok: Units):
+        from flashlight.lib.text.decoder import SmearingMode, Trie
+        from flashlight.lib.text.decoder.kenlm import KenLM
+        from flashlight.lib.text.dictionary import Dictionary, create_word_dict, load_words
 
-        lm_dir = Path(lm_dir)
+        self.lm_dir = lm_dir = Path(lm_dir)
         lexicon = lm_dir / "lexicon.txt"
         lm = lm_dir / "lm.bin" if (lm_dir / "lm.bin").is_file() else lm_dir / "lm.arpa"
         for f in (lexicon, lm):
             if not f.is_file():
                 raise FileNotFoundError(f"{f} not found: make the word LM with gossip_accel.bin.make_word_lm")
-        tokens = tok.tokens
-        self.tok, self.lm_weight, self.word_score = tok, lm_weight, word_score
-        # The spellings hold the word boundary (``▁``) as the model emits it, so no unit may be the
-        # decoder's optional silence between words: ``▁`` as silence loses one-letter words (``▁ A``
-        # is read as silence + a word without its start). <unk> takes that role: the model
-        # emits it for nothing of the training text, and a frame of it costs nothing between words.
+        self.tok = tok
         try:
-            self.decoder = ctc_decoder(lexicon=str(lexicon), tokens=tokens, lm=str(lm), nbest=1, beam_size=beam,
-                                       beam_size_token=beam_size_token, beam_threshold=beam_threshold,
-                                       lm_weight=lm_weight, word_score=word_score, sil_score=0.0,
-                                       blank_token=BLANK, sil_token=UNK, unk_word=UNK)
+            self.units = Dictionary(tok.tokens)
+            spellings = load_words(str(lexicon))
+            self.words = create_word_dict(spellings)
+            self.lm = KenLM(str(lm), self.words)
+            # The spellings hold the word boundary (``▁``) as the model emits it, so no unit may be the
+            # decoder's optional silence between words: ``▁`` as silence loses one-letter words (``▁ A``
+            # is read as silence + a word without its start). <unk> takes that role: the model
+            # emits it for nothing of the training text, and a frame of it costs nothing between words.
+            self.blank, self.silence = self.units.get_index(BLANK), self.units.get_index(UNK)
+            self.unk_word = self.words.get_index(UNK)
+            self.trie = Trie(self.units.index_size(), self.silence)
+            start = self.lm.start(False)
+            for word, word_spellings in spellings.items():
+                index = self.words.get_index(word)
+                _, unigram = self.lm.score(start, index)
+                for spelling in word_spellings:
+                    self.trie.insert([self.units.get_index(u) for u in spelling], index, unigram)
+            self.trie.smear(SmearingMode.MAX)
         except Exception as e:  # noqa: BLE001 - flashlight raises RuntimeError/ValueError/IndexError
             raise ValueError(f"{lm_dir}: the word LM does not load with the units of {tok.path} "
                              f"({' '.join(str(e).split())[:200]}); make it again with these units") from None
 
+
+class WordDecoder:
+    """CTC lexicon beam search with a word n-gram over a batch of log-probabilities (B, T, V): flashlight's
+    ``LexiconDecoder`` (the decoder of wav2letter and torchaudio's ``ctc_decoder``) on a :class:`LexiconTrie`,
+    built here from ``lm_dir`` or shared (``lexicon``: decoders of other weights on the same word LM)."""
+
+    def __init__(self, lm_dir: Path, tok: Units, beam: int = 50, lm_weight: float = 1.0,
+                 word_score: float = 0.0, beam_threshold: float = 25.0, beam_size_token: Optional[int] = None,
+                 lexicon: Optional[LexiconTrie] = None):
+        from flashlight.lib.text.decoder import CriterionType, LexiconDecoder, LexiconDecoderOptions
+
+        if lexicon is not None and (lexicon.lm_dir != Path(lm_dir) or lexicon.tok.tokens != tok.tokens):
+            raise ValueError(f"the lexicon trie of {lexicon.lm_dir} ({lexicon.tok.path}) given for the word LM "
+                             f"{lm_dir} ({tok.path})")
+        self.lexicon = lexicon or LexiconTrie(lm_dir, tok)
+        self.tok, self.lm_weight, self.word_score = tok, lm_weight, word_score
+        options = LexiconDecoderOptions(beam_size=beam, beam_size_token=beam_size_token or self.lexicon.units.index_size(),
+                                        beam_threshold=beam_threshold, lm_weight=lm_weight, word_score=word_score,
+                                        unk_score=float("-inf"), sil_score=0.0, log_add=False,
+                                        criterion_type=CriterionType.CTC)
+        lx = self.lexicon
+        self.decoder = LexiconDecoder(options, lx.trie, lx.lm, lx.silence, lx.blank, lx.unk_word, [], False)
+
     def __call__(self, log_probs: torch.Tensor, lengths: torch.Tensor) -> list[str]:
         emissions = log_probs.detach().to("cpu", torch.float32).contiguous()
-        results = self.decoder(emissions, torch.as_tensor(lengths, dtype=torch.int32).cpu())
-        return [" ".join(w for w in (r[0].words if r else []) if w) for r in results]
+        b, _, v = emissions.shape
+        words = []
+        for i in range(b):   # flashlight reads utterance i's frames from its address in the batch
+            results = self.decoder.decode(emissions.data_ptr() + 4 * i * emissions.stride(0), int(lengths[i]), v)
+            best = results[0].words if results else []
+            words.append(" ".join(w for w in (self.lexicon.words.get_entry(x) for x in best if x >= 0) if w))
+        return words

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from ..asr.ctc_decode import greedy_decode, prefix_beam_search
 from ..asr.scoring import compute_wer, write_scoring_dir
-from ..asr.word_lm import WordDecoder
+from ..asr.word_lm import LexiconTrie, WordDecoder
 from ..data.asr import collate, load_utterances, make_batches
 from ..data.kaldi.tables import read_table
 from ..data.units import LexiconTokenizer, Units, load_units
@@ -142,8 +142,10 @@ def tuning_record(exp: Path, weights: Path, word_lm: Path, tune_data: Path) -> P
 
 def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
                        beam_size_token: Optional[int],
-                       grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int) -> dict:
-    """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER.
+                       grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int,
+                       lexicon: LexiconTrie) -> dict:
+    """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER; each
+    pair's decoder on the one ``lexicon`` trie of ``word_lm``.
 
     Kept in ``record`` and reused while the model file, the word LM, the data and the grid are the same."""
     key = {"model_file": str(weights), "model_mtime": weights.stat().st_mtime_ns, "tune_data": str(tune_data),
@@ -160,7 +162,7 @@ def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, 
     wers = []
     for lm_weight, word_score in tqdm(grid, desc=f"tune {len(grid)} (LM weight, word score)", mininterval=2.0):
         dec = WordDecoder(word_lm, tok, beam=beam, lm_weight=lm_weight, word_score=word_score,
-                          beam_size_token=beam_size_token)
+                          beam_size_token=beam_size_token, lexicon=lexicon)
         hyps = decode_words(dec, emissions)
         wers.append(round(compute_wer(refs, hyps)[0].wer, 2))
     best = min(range(len(grid)), key=lambda i: (wers[i], i))
@@ -216,14 +218,15 @@ def main(argv: Optional[list[str]] = None) -> None:
             if len(grid) > 1 and not args.tune_data:
                 raise ValueError(f"{len(grid)} (--word-lm-weight, --word-score) pairs need --tune-data (a dev set) "
                                  f"to choose one")
+            lexicon = LexiconTrie(Path(args.word_lm_dir), tok)
             if len(grid) > 1:
                 tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
                                             token_beam, grid,
                                             tuning_record(exp, weights, Path(args.word_lm_dir), Path(args.tune_data)),
-                                            weights, args.max_frames)
+                                            weights, args.max_frames, lexicon)
                 grid = [tuple(tuning["chosen"])]
             words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1],
-                                beam_size_token=token_beam)
+                                beam_size_token=token_beam, lexicon=lexicon)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
