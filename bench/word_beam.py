@@ -7,13 +7,15 @@
 Run in a recipe dir (the paths of the run's config). The model's log-probabilities are computed once; then each
 ``beam:units:threshold`` setting (``units`` = flashlight's ``beam_size_token``, 0 = every unit; ``threshold`` =
 its ``beam_threshold``) builds a :class:`gossip_accel.asr.word_lm.WordDecoder` on the one lexicon trie and decodes
-the whole set. Seconds are the decoder's own wall time (building the lexicon trie is timed apart, once). Prints a table, writes JSON and
-a plot of %WER against seconds; run it alone on the machine, the times count every other process.
+the whole set. Seconds are the decoder's own wall time (building the lexicon trie is timed apart, once). Prints a
+table, writes JSON and a plot of %WER against seconds; run it alone on the machine, the times count every other
+process.
 
 ``--repeats N`` decodes the same log-probabilities N times a setting, each with a new decoder (as each decode of the
-recipe is; all on the one trie, as the recipe's tuning grid), and reports the lowest and highest %WER and the utterances whose words differ between the decodes:
-flashlight's decoder orders its LM states by memory address (``LMState::compare``), so the search's ties can break
-differently from one decode to the next; this measures how far one model's WER moves from that alone.
+recipe is; all on the one trie, as the recipe's tuning grid), and reports the lowest and highest %WER and the
+utterances whose words differ between the decodes: flashlight's decoder orders its LM states by memory address
+(``LMState::compare``), so the search's ties can break differently from one decode to the next; this measures how
+far one model's WER moves from that alone.
 """
 from __future__ import annotations
 

@@ -172,8 +172,8 @@ class LexiconTrie:
     """What a word decoder needs whatever its weights, built once per word LM dir: the unit and word
     dictionaries, the KenLM, and the lexicon trie of the units' spellings, each word labelled with its
     unigram log-probability and the trie smeared by the max (flashlight-text's public API, as torchaudio's
-    ``ctc_decoder`` builds it). The trie of a 357k-word lexicon takes ~20 s; every :class:`WordDecoder` of
-    one tuning grid shares it."""
+    ``ctc_decoder`` builds it). The trie of a 357k-word lexicon takes 20-55 s, with the machine's load; every
+    :class:`WordDecoder` of one tuning grid shares it."""
 
     def __init__(self, lm_dir: Path, tok: Units):
         from flashlight.lib.text.decoder import SmearingMode, Trie
@@ -226,7 +226,8 @@ class WordDecoder:
                              f"{lm_dir} ({tok.path})")
         self.lexicon = lexicon or LexiconTrie(lm_dir, tok)
         self.tok, self.lm_weight, self.word_score = tok, lm_weight, word_score
-        options = LexiconDecoderOptions(beam_size=beam, beam_size_token=beam_size_token or self.lexicon.units.index_size(),
+        options = LexiconDecoderOptions(beam_size=beam,
+                                        beam_size_token=beam_size_token or self.lexicon.units.index_size(),
                                         beam_threshold=beam_threshold, lm_weight=lm_weight, word_score=word_score,
                                         unk_score=float("-inf"), sil_score=0.0, log_add=False,
                                         criterion_type=CriterionType.CTC)

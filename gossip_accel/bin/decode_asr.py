@@ -225,8 +225,8 @@ def main(argv: Optional[list[str]] = None) -> None:
                                             tuning_record(exp, weights, Path(args.word_lm_dir), Path(args.tune_data)),
                                             weights, args.max_frames, lexicon)
                 grid = [tuple(tuning["chosen"])]
-            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0], word_score=grid[0][1],
-                                beam_size_token=token_beam, lexicon=lexicon)
+            words = WordDecoder(Path(args.word_lm_dir), tok, beam=args.beam, lm_weight=grid[0][0],
+                                word_score=grid[0][1], beam_size_token=token_beam, lexicon=lexicon)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"decode_asr: {' '.join(str(e).split())}") from None
     if lm is not None and args.method != "beam":
