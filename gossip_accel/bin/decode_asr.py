@@ -140,14 +140,15 @@ def tuning_record(exp: Path, weights: Path, word_lm: Path, tune_data: Path) -> P
     return exp / f"word_tuning_{weights.stem}{'_' + Path(words).name if words else ''}_on_{tune_data.name}.json"
 
 
-def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, word_lm: Path, beam: int,
+def tune_word_decoding(model, tok: Units, cmvn, tune_data: Path, beam: int,
                        beam_size_token: Optional[int],
                        grid: list[tuple[float, float]], record: Path, weights: Path, max_frames: int,
                        lexicon: LexiconTrie) -> dict:
     """The (LM weight, word score) of ``grid`` with the lowest WER on ``tune_data``, with every pair's WER; each
-    pair's decoder on the one ``lexicon`` trie of ``word_lm``.
+    pair's decoder on the one ``lexicon`` trie (of the word LM dir ``lexicon.lm_dir``).
 
     Kept in ``record`` and reused while the model file, the word LM, the data and the grid are the same."""
+    word_lm = lexicon.lm_dir
     key = {"model_file": str(weights), "model_mtime": weights.stat().st_mtime_ns, "tune_data": str(tune_data),
            "word_lm": str(word_lm), "word_lm_mtime": (word_lm / "lexicon.txt").stat().st_mtime_ns, "beam": beam,
            "beam_size_token": beam_size_token, "grid": [list(g) for g in grid]}
@@ -220,7 +221,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                                  f"to choose one")
             lexicon = LexiconTrie(Path(args.word_lm_dir), tok)
             if len(grid) > 1:
-                tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), Path(args.word_lm_dir), args.beam,
+                tuning = tune_word_decoding(model, tok, cmvn, Path(args.tune_data), args.beam,
                                             token_beam, grid,
                                             tuning_record(exp, weights, Path(args.word_lm_dir), Path(args.tune_data)),
                                             weights, args.max_frames, lexicon)
