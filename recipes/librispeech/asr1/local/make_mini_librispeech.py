@@ -791,21 +791,18 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
 def check_synthesizers(voices: Iterable[str]) -> None:
     """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones,
     piper-tts and the voice's package for the piper ones."""
+    import importlib.util
     voices = list(voices)
     check_flite([v for v in voices if VOICES[v].engine == "flite"])
     if any(VOICES[v].engine == "espeak" for v in voices) and shutil.which("espeak-ng") is None:
         raise BuildError(f"the 'espeak-ng' program is not installed (the espeak-* voices need it); {ESPEAK_HINT}")
-    if any(VOICES[v].engine == "pico" for v in voices):
-        import importlib.util
-        if importlib.util.find_spec("ttspico") is None:
-            raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
-    for v in voices:
-        if VOICES[v].engine == "piper":
-            import importlib.util
-            for package in ("piper", VOICES[v].name):
-                if importlib.util.find_spec(package) is None:
-                    raise BuildError(f"the Python package {package!r} is not installed (the voice {v} needs it); "
-                                     f"{PIPER_HINT}")
+    if any(VOICES[v].engine == "pico" for v in voices) and importlib.util.find_spec("ttspico") is None:
+        raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
+    for v in (v for v in voices if VOICES[v].engine == "piper"):
+        for package in ("piper", VOICES[v].name):
+            if importlib.util.find_spec(package) is None:
+                raise BuildError(f"the Python package {package!r} is not installed (the voice {v} needs it); "
+                                 f"{PIPER_HINT}")
 
 
 def check_flite(voices: Iterable[str]) -> None:
@@ -1090,7 +1087,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"--train-only-voices (separated by ';')")
     if any(not g for g in groups):
         ap.error(f"--train-only-voices has an empty group: {args.train_only_voices!r}")
-    counts = [n or len(g) for n, g in zip(counts if len(counts) == len(groups) else [0] * len(groups), groups)]
+    if counts == [0]:                    # the default: one speaker per voice in every group
+        counts = [0] * len(groups)
+    counts = [n or len(g) for n, g in zip(counts, groups)]
     train_only, train_only_speakers = (groups[0], counts[0]) if groups else ([], 0)
     more_train_only = [[g, n] for g, n in zip(groups[1:], counts[1:])]
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
