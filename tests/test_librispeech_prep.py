@@ -141,9 +141,12 @@ def test_data_sh_test_only_prepares_a_test_set_alone(tmp_path):
     for name in ("local", "utils"):
         (rec / name).symlink_to(LOCAL.parent / name)
 
+    # data.sh runs `python` as run.sh's path.sh leaves it: this interpreter's, first on PATH
+    env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+
     def data_sh(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", "local/data.sh", "--librispeech-root", str(root), "--test-sets", "my_set", *args],
-                              cwd=rec, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                              cwd=rec, capture_output=True, text=True, env=env)
 
     ok = data_sh("--test-only", "true")
     assert ok.returncode == 0, ok.stderr
