@@ -42,9 +42,12 @@ def test_warmup_epochs_and_steps_together_or_for_another_algorithm_are_errors():
         warmup_in_steps(both, 1.0, 10)
     with pytest.raises(ConfigError, match=r"train.warmup_epochs=-1 must be >= 0"):
         warmup_in_steps(load_sync_config(None), -1, 10)
-    with pytest.raises(ConfigError, match=r"train.warmup_epochs=1 \(10 steps\): sync.warmup_steps=10: warm-up .* "
-                                          r"defined for ma, bmuf"):
+    with pytest.raises(ConfigError, match=r"^train.warmup_epochs=1: a warm-up is defined for ma, bmuf, .*; "
+                                          r"add train.warmup_epochs=null for easgd$"):
         warmup_in_steps(load_sync_config(None, ["sync.algorithm=easgd"]), 1, 10)
+    assert warmup_in_steps(load_sync_config(None, ["sync.algorithm=easgd"]), 0, 10).warmup_steps == 0
+    # DDP and one worker (the synchronizer off) take a conf's warm-up as it is: it never runs
+    assert warmup_in_steps(load_sync_config(None, ["sync.enabled=false"]), 10, 40).warmup_steps == 400
 
 
 def test_epoch_caps_are_one_of_two_positive_numbers():

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ..sync import registry
 from ..sync.config import ConfigError, SyncConfig, apply_overrides, validate
 
 
@@ -88,6 +89,10 @@ def warmup_in_steps(sync_cfg: SyncConfig, warmup_epochs: Optional[float], steps_
                           "both set the warm-up: give one of them (add sync.warmup_steps=0 when a conf sets steps)")
     if warmup_epochs < 0:
         raise ConfigError(f"train.warmup_epochs={warmup_epochs} must be >= 0 (or null: use sync.warmup_steps)")
+    if warmup_epochs and sync_cfg.enabled and not sync_cfg.spec.warmup:
+        raise ConfigError(f"train.warmup_epochs={warmup_epochs}: a warm-up is defined for "
+                          f"{', '.join(registry.names(warmup=True))}; add train.warmup_epochs=null for "
+                          f"{sync_cfg.algorithm}")
     cfg = dataclasses.replace(sync_cfg, warmup_steps=int(round(warmup_epochs * steps_per_epoch)))
     try:
         validate(cfg)
