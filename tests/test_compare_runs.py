@@ -104,6 +104,10 @@ def test_curves_prefer_the_averaged_model_and_put_epochs_on_bytes_and_time():
     assert secs == [10.0, 40.0]                 # 40 s for 20 steps, pro rata
     logged = result("x", history=[{"epoch": 1, "step": 10, "train_seconds": 33.0, "valid_ppl_replicas": 1.0}])
     assert epoch_ends(logged, logged["history"])[1] == [33.0]
+    # a row's own bytes win over the run's mean rate: a DDP warm-up sends more early than late
+    warm = result("pl", sent=2e6, history=[{"epoch": 1, "step": 5, "bytes_sent_per_worker": 30e6, "valid_ppl": 9.0},
+                                           {"epoch": 2, "step": 20, "bytes_sent_per_worker": 40e6, "valid_ppl": 8.0}])
+    assert epoch_ends(warm, warm["history"])[0] == [30.0, 40.0]
 
 
 def write_run(root: Path, r: dict, decodes: dict[tuple[str, str], float] = {}, **summary) -> Path:

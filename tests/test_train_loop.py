@@ -118,6 +118,16 @@ def test_run_states_its_sync_settings_in_the_log_and_results(bmuf_run):
     assert log.count(line) == 1, log[-3000:]
 
 
+def test_each_epoch_logs_the_bytes_sent_so_far(bmuf_run):
+    """history[*].bytes_sent_per_worker: the curve against traffic (compare_runs.epoch_ends) without
+    spreading the warm-up's bytes over the run."""
+    _, exp, _ = bmuf_run
+    res = json.loads((exp / "results.json").read_text())
+    sent = [row["bytes_sent_per_worker"] for row in res["history"]]
+    assert 0 < sent[0] <= sent[1] <= res["bytes_sent_per_worker"]    # the final average comes after the last row
+    assert sent[0] > sent[1] - sent[0]          # epoch 1 holds the 5 warm-up averages (every step), epoch 2 none
+
+
 def test_each_epoch_validates_the_average_of_the_replicas(bmuf_run):
     from gossip_accel.bin.train_lm import build_model, load_conf, perplexity
     from gossip_accel.data.lm import Vocabulary, batchify, read_lines

@@ -108,13 +108,15 @@ def curve(r: dict, key: str, fallback: str) -> tuple[list[dict], str]:
 
 
 def epoch_ends(r: dict, h: list[dict]) -> tuple[list[float], list[float]]:
-    """MB sent per worker and training seconds at each epoch end of history ``h``: bytes per step
-    x the step count (``step``, else the epoch's share of all steps); the epoch's own
-    ``train_seconds`` if logged, else the run's training time pro rata of its steps."""
+    """MB sent per worker and training seconds at each epoch end of history ``h``: the bytes the
+    epoch's row logged (``bytes_sent_per_worker``), else the run's bytes per step x the step count
+    (``step``, else the epoch's share of all steps), which spreads a warm-up's DDP-rate bytes over
+    the run; the epoch's own ``train_seconds`` if logged, else the run's training time pro rata of
+    its steps."""
     total = max(r.get("steps_per_worker", 0), 1)
     epochs = max(r.get("epochs") or len(h) or 1, 1)
     steps = [e.get("step", e["epoch"] * total / epochs) for e in h]
-    mb = [r["bytes_sent_per_step_per_worker"] * s / 1e6 for s in steps]
+    mb = [e.get("bytes_sent_per_worker", r["bytes_sent_per_step_per_worker"] * s) / 1e6 for e, s in zip(h, steps)]
     secs = [e.get("train_seconds", r["train_seconds"] * s / total) for e, s in zip(h, steps)]
     return mb, secs
 

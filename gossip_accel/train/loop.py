@@ -274,15 +274,16 @@ def validate_equal_model(task: Task, model: torch.nn.Module) -> float:
 
 
 def validate_epoch(task: Task, run: DistributedRun, epoch: int, steps: int, writer: Any) -> dict:
-    """The epoch's history row: training loss, and the validation of the replicas (their mean)
-    and of their average."""
+    """The epoch's history row: training loss, the validation of the replicas (their mean) and of
+    their average, and the bytes each worker sent so far (mean over workers: the curve against traffic)."""
     train_loss, replicas = mean_over_workers([task.train_measure(), task.validate(run.core)])
     averaged = run.averaged_model()
     average = validate_equal_model(task, averaged) if averaged is not None else replicas
     run.save_epoch_model(epoch, averaged if averaged is not None else run.core)  # (train.save_epoch_models)
     k = task.valid_key
     row = {"epoch": epoch, "step": run.step, "steps": steps, "lr": run.optimizer.param_groups[0]["lr"],
-           "train_loss": train_loss, k: average, f"{k}_replicas": replicas}
+           "train_loss": train_loss, k: average, f"{k}_replicas": replicas,
+           "bytes_sent_per_worker": run.traffic()["bytes_sent_per_worker"]}
     if writer is not None:
         writer.add_scalar(task.valid_scalar, average, run.step)
         writer.add_scalar(f"{task.valid_scalar}_replicas", replicas, run.step)
