@@ -230,6 +230,58 @@ def test_mini_corpus_layout(mini_corpus):
     assert (out / "lm_text.txt").stat().st_size > 1000
 
 
+def test_more_training_conversations_leave_the_corpus_and_train_dev_as_they_were(mini_corpus, tmp_path):
+    """--more-train-convs adds conversations of other voices, named after the others (so train_dev, Kaldi's first
+    utterances, keeps its conversations), re-reading no train_dev sentence; every file of the build without them
+    is byte for byte what it was."""
+    out, stats = mini_corpus
+    more = tmp_path / "more"
+    voices = (("kal",), ("espeak-en-gb-scotland-m1", "espeak-en-us-f2"))
+    cfg = mini.Config(train_convs=3, segs_per_side=4, eval_convs=1, eval_segs_per_side=3, check_with_flite=False,
+                      p_hesitation=0.5, p_noise=0.5, p_laughter=0.5, p_vocalized=0.5, p_partial=0.5, p_laughword=0.5,
+                      more_train_convs=4, more_train_voices=voices, more_train_speakers=(2, 3), dev_segments=8)
+    st = mini.build(more, cfg, synthesize=tone_synth, read_words=None, jobs=2)
+    old = sorted(f.relative_to(out) for f in out.rglob("*") if f.is_file() and f.name != "lm_text.txt")
+    assert old and all((more / f).read_bytes() == (out / f).read_bytes() for f in old)
+    assert (more / "lm_text.txt").read_text() == (out / "lm_text.txt").read_text()
+    data = more / "LDC97S62" / "swb1_d1" / "data"
+    names = sorted(f.stem for f in data.glob("sw0*.sph"))
+    added = [n for n in names if (n + ".sph") not in {f.name for f in old}]
+    assert len(names) == 7 and added == names[3:]                          # after the three of the plain build
+    assert st["corpora"]["train"]["segments"] == 7 * 2 * 4
+    assert set(st["corpora"]["train"]["voices"]) >= {"espeak-en-gb-scotland-m1", "espeak-en-us-f2"}
+    sides = {c: st["sides"][c] for c in added}
+    assert len({s for c in sides.values() for s in c.values()}) <= 5 and set(st["sides"]) >= set(added)
+    assert not {s for c in added for s in st["sides"][c].values()} & {s for c in names[:3] for s in st["sides"][c].values()}
+
+    # they read the unused sentences first; without any, the training ones from the last backwards, never train_dev's
+    texts = mini.select_texts(cfg)
+    plain = [c for c in mini.plan_conversations(cfg, texts) if c.name in added]
+    reread = [next(p.text for p in g.pieces if p.kind == "speech")
+              for c in mini.plan_conversations(cfg, {**texts, "more": []}) if c.name in added for g in c.segments]
+    train = [s.transcript.lower() for s in texts["train"]]
+    assert reread == [train[len(train) - 1 - k % (len(train) - 8)] for k in range(len(reread))]
+    assert not set(reread) & set(train[:8]) and len(reread) == 4 * 2 * 4
+    fresh = [next(p.text for p in g.pieces if p.kind == "speech") for c in plain for g in c.segments]
+    assert not set(fresh) & set(train)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--more-train-convs", "2"], "needs --more-train-voices"),
+    (["--more-train-convs", "2", "--more-train-voices", "kal espeak-*-m1", "--more-train-speakers", "1"], "2 in all"),
+    (["--more-train-convs", "2", "--more-train-voices", "kal; espeak-*-m1", "--more-train-speakers", "4"], "one number"),
+    (["--more-train-convs", "2", "--more-train-voices", "kal; kal", "--more-train-speakers", "2 2"], "more than one"),
+    (["--more-train-convs", "2", "--more-train-voices", "awb", "--more-train-speakers", "4"], "CallHome"),
+    (["--more-train-convs", "2", "--more-train-voices", "nosuch-*", "--more-train-speakers", "4"], "no voice matches"),
+])
+def test_more_training_conversations_bad_options(args, says, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        mini.main(["--out", str(tmp_path / "c"), *args])
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()[-1]) > 20
+    assert not (tmp_path / "c").exists()
+
+
 def test_swbd1_and_eval2000_data_prep(mini_corpus, tmp_path):
     out, _ = mini_corpus
     train = tmp_path / "train"

@@ -24,6 +24,9 @@ mini_train_convs=30     # size of the mini corpus: conversations (2 sides each) 
 mini_segs_per_side=15   # ... segments per side (30 x 2 x 15 = 900 training segments, ~0.75 h of speech)
 mini_eval_convs=2       # eval2000 conversations of each half (SWB, CallHome) ...
 mini_eval_segs_per_side=12   # ... and their segments per side
+mini_more_train_convs=0      # more training conversations (after the others; train_dev keeps its own) ...
+mini_more_train_voices=""    # ... between speakers of these voices: flite's, espeak-ng's ('espeak-*-m1'), never awb ...
+mini_more_train_speakers=""  # ... this many speakers, one number per group (';' separates groups of voices), dealt in turn
 test_only=false         # true: only eval2000 and its halves (no Switchboard-1 needed)
 mini_lm_wordnet=""      # WordNet 3.0's dict folder (Debian's wordnet-base: /usr/share/wordnet): its words and glosses
                         # join the mini corpus's LM text in data/lm_text.txt (the mini recipe's --lm-text)
@@ -42,8 +45,11 @@ elif [ -z "$swbd_root" ]; then
   [ -n "$dev_utts" ] || dev_utts=150
   log "no --swbd-root given: using the MINI Switchboard $root, synthesized with Debian's flite voices"
   utils/install_system_deps.sh flite
+  [[ "$mini_more_train_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
   python local/make_mini_swbd.py --out "$root" --train-convs "$mini_train_convs" --segs-per-side "$mini_segs_per_side" \
-    --eval-convs "$mini_eval_convs" --eval-segs-per-side "$mini_eval_segs_per_side" --jobs "$nj"
+    --eval-convs "$mini_eval_convs" --eval-segs-per-side "$mini_eval_segs_per_side" --jobs "$nj" \
+    --more-train-convs "$mini_more_train_convs" --more-train-voices "$mini_more_train_voices" \
+    --more-train-speakers "$mini_more_train_speakers" --dev-segments "$dev_utts"
 else
   [ -n "$eval2000_speech" ] && [ -n "$eval2000_transcripts" ] \
     || die "--swbd-root needs --eval2000-speech (LDC2002S09) and --eval2000-transcripts (LDC2002T43)"

@@ -106,6 +106,18 @@ class Config:
     p_partial: float = 0.06
     p_laughword: float = 0.05
     text: str = str(DEFAULT_TEXT)
+    # more training conversations (0: none), between speakers of groups of voices (flite's, espeak-ng's, ...; never
+    # CallHome's), each group's speakers dealt to its voices in turn, drawn from random streams of their own after
+    # everything above, so that every conversation of the build without them stays as it was; they read the
+    # sentences the others leave unused, then the others' own from the last backwards, never the first
+    # dev_segments (local/data.sh's train_dev: the first segments)
+    more_train_convs: int = 0
+    more_train_voices: tuple = ()       # groups: ((voice, ...), ...)
+    more_train_speakers: tuple = ()     # speakers of each group
+    dev_segments: int = 150
+
+
+MORE_KEYS = ("more_train_convs", "more_train_voices", "more_train_speakers", "dev_segments")
 
 
 # ------------------------------------------------------------------------------- plan
@@ -239,7 +251,52 @@ def plan_conversations(cfg: Config, texts: dict[str, list[mls.Sentence]]) -> lis
                 if corpus != "train":                # one noise-only segment the scoring ignores
                     conv.segments.append(Segment(side, [Piece("noise")], ignore=True))
             convs.append(conv)
+    if cfg.more_train_convs:
+        convs += plan_more_conversations(cfg, texts, convs)
     return convs
+
+
+def plan_more_conversations(cfg: Config, texts: dict[str, list[mls.Sentence]],
+                            convs: list[Conversation]) -> list[Conversation]:
+    """cfg.more_train_convs training conversations between the speakers of cfg.more_train_voices' groups (a
+    group's cfg.more_train_speakers dealt to its voices in turn; each variant apart from every speaker of its voice
+    so far), named after all the others (so Kaldi's train_dev, the first utterances, keeps its conversations),
+    reading texts["more"] and then the training sentences from the last backwards, never the first
+    cfg.dev_segments."""
+    rng = random.Random(f"{cfg.seed}:swbd-more-speakers")
+    spoken = [s for c in convs for s in c.speakers.values()]
+    pool, drawn = [], {}
+    for voices, n_all in zip(cfg.more_train_voices, cfg.more_train_speakers):
+        for k, v in enumerate(voices):
+            taken = drawn.setdefault(v, [(s.f0, s.stretch, s.warp) for s in spoken if s.voice == v])
+            n = len(range(k, n_all, len(voices)))
+            pool += [(v, p) for p in mls.draw_variants(v, n, rng, taken)]
+    free = sorted(set(range(1000, 9999)) - {s.id for s in spoken})
+    pool = [mls.Speaker(i, "train", v, stretch, f0, warp, round(rng.uniform(-6.0, 0.0), 1))
+            for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(pool)), pool)]
+    conv_rng = random.Random(f"{cfg.seed}:swbd-more-conversations")
+    first = 1 + max(int(c.name[2:]) for c in convs if c.corpus == "train")
+    if 9999 - first < cfg.more_train_convs:
+        raise mls.BuildError(f"{cfg.more_train_convs} more training conversations do not fit the names "
+                             f"sw0{first}-sw09999; ask for fewer")
+    names = [f"sw0{n}" for n in sorted(conv_rng.sample(range(first, 10000), cfg.more_train_convs))]
+    again = texts["train"][cfg.dev_segments:][::-1]
+    reading = texts["more"] + again
+    if not reading:
+        raise mls.BuildError(f"no sentence left for the more training conversations: the training set's "
+                             f"{len(texts['train'])} segments are all train_dev's (--dev-segments {cfg.dev_segments})")
+    sents = (reading[k % len(reading)] for k in range(cfg.more_train_convs * 2 * cfg.segs_per_side))
+    out = []
+    for name in names:
+        a, b = conv_rng.sample(pool, 2)
+        conv = Conversation(name, "train", {"A": a, "B": b})
+        ev = random.Random(f"{cfg.seed}:{name}:events")
+        for side in ("A", "B"):
+            for _ in range(cfg.segs_per_side):
+                sp, words = spoken_transcript(next(sents))
+                conv.segments.append(Segment(side, decorate(words, sp, ev, cfg)))
+        out.append(conv)
+    return out
 
 
 def select_texts(cfg: Config, agree=None, stats: Optional[dict] = None) -> dict[str, list[mls.Sentence]]:
@@ -256,7 +313,13 @@ def select_texts(cfg: Config, agree=None, stats: Optional[dict] = None) -> dict[
     out = {"swbd": src["valid"].take(n_eval, used, agree, src["train"], "eval2000 SWB (wiki.valid.tokens)"),
            "callhome": src["test"].take(n_eval, used, agree, src["train"], "eval2000 CallHome (wiki.test.tokens)"),
            "train": src["train"].take(cfg.train_convs * 2 * cfg.segs_per_side, used, agree, None,
-                                      "train (wiki.train.tokens)")}
+                                      "train (wiki.train.tokens)"),
+           "more": []}
+    for _ in range(cfg.more_train_convs * 2 * cfg.segs_per_side):     # as many unused ones as there are
+        try:
+            out["more"] += src["train"].take(1, used, agree, None, "more training conversations")
+        except mls.BuildError:
+            break
     if stats is not None:
         stats["articles"] = {"swbd": src["valid"].titles, "callhome": src["test"].titles, "train": src["train"].titles}
         stats["rejected_sentences"] = rejected
@@ -481,7 +544,7 @@ def sph_path(root: Path, conv: Conversation) -> Path:
     return root / "LDC2002S09" / "hub5e_00" / "english" / f"{conv.name}.sph"
 
 
-def build(out: Path, cfg: Config, synthesize: Callable = mls.flite_synthesize,
+def build(out: Path, cfg: Config, synthesize: Callable = mls.synthesize,
           read_words: Optional[Callable] = mls.flite_words, jobs: int = 1, progress: bool = False) -> dict:
     t0 = time.time()
     stats: dict = {}
@@ -543,6 +606,28 @@ def _write_stamp(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def more_groups(ap: argparse.ArgumentParser, args) -> tuple[tuple, tuple]:
+    """--more-train-voices' ';'-separated groups (patterns expanded) and --more-train-speakers' count for each."""
+    try:
+        groups = tuple(tuple(mls.expand_voices(g.split())) for g in args.more_train_voices.split(";"))
+    except mls.BuildError as e:
+        ap.error(f"--more-train-voices: {e}")
+    try:
+        counts = tuple(int(n) for n in args.more_train_speakers.split())
+    except ValueError:
+        ap.error(f"--more-train-speakers takes one whole number per group, got {args.more_train_speakers!r}")
+    if not all(groups) or len(counts) != len(groups) or sum(counts) < 2 or min(counts) < 1:
+        ap.error(f"--more-train-convs {args.more_train_convs} needs --more-train-voices (groups separated by ';', "
+                 f"none empty) and --more-train-speakers (one number >= 1 per group, 2 in all): got "
+                 f"{args.more_train_voices!r} and {args.more_train_speakers!r}")
+    voices = [v for g in groups for v in g]
+    if len(set(voices)) < len(voices):
+        ap.error(f"--more-train-voices names a voice in more than one group: {args.more_train_voices!r}")
+    if CALLHOME_VOICE in voices:
+        ap.error(f"--more-train-voices must not hold {CALLHOME_VOICE}, the voice of eval2000's CallHome half")
+    return groups, counts
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -557,20 +642,42 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--max-words", type=int, default=Config.max_words)
     ap.add_argument("--no-shorten", action="store_true", help="plain mu-law SPHERE instead of shortened (as on the discs)")
     ap.add_argument("--no-flite-check", action="store_true")
+    ap.add_argument("--more-train-convs", type=int, default=0,
+                    help="more training conversations, between speakers of --more-train-voices (0: none); the "
+                         "build without them is unchanged, train_dev (the first --dev-segments segments) too")
+    ap.add_argument("--more-train-voices", default="",
+                    help="their voices: flite's, espeak-ng's (espeak-<accent>-<variant>, or patterns such as "
+                         "'espeak-*-m1'), pico-*, piper-*; never CallHome's awb; ';' separates groups, "
+                         "e.g. 'kal kal16 rms slt; espeak-*-m1 espeak-*-f2'")
+    ap.add_argument("--more-train-speakers", default="",
+                    help="their speakers, one number per group ('16 40'), dealt to the group's voices in turn")
+    ap.add_argument("--dev-segments", type=int, default=Config.dev_segments,
+                    help="the first training segments (local/data.sh's --dev-utts), which the more training "
+                         "conversations never read again")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
     for name in ("train_convs", "segs_per_side", "eval_convs", "eval_segs_per_side", "min_words", "jobs"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    for name in ("more_train_convs", "dev_segments"):
+        if getattr(args, name) < 0:
+            ap.error(f"--{name.replace('_', '-')} must be >= 0")
+    more_voices, more_speakers = more_groups(ap, args) if args.more_train_convs else ((), ())
     cfg = Config(seed=args.seed, train_convs=args.train_convs, segs_per_side=args.segs_per_side,
                  eval_convs=args.eval_convs, eval_segs_per_side=args.eval_segs_per_side, min_words=args.min_words,
                  max_words=args.max_words, shorten=not args.no_shorten, check_with_flite=not args.no_flite_check,
-                 text=str(args.text))
+                 text=str(args.text), more_train_convs=args.more_train_convs, more_train_voices=more_voices,
+                 more_train_speakers=more_speakers, dev_segments=args.dev_segments)
     out: Path = args.out
     stamp = out / STAMP
     want = {**asdict(cfg), "text": str(Path(cfg.text).resolve()), "version": VERSION}
+    want["more_train_voices"] = [list(g) for g in cfg.more_train_voices]
+    want["more_train_speakers"] = list(cfg.more_train_speakers)
+    if not cfg.more_train_convs:          # the stamps of corpora built before these options stay valid
+        for key in MORE_KEYS:
+            del want[key]
     try:
-        mls.check_flite([*TRAIN_VOICES, CALLHOME_VOICE])
+        mls.check_synthesizers([*TRAIN_VOICES, CALLHOME_VOICE, *(v for g in cfg.more_train_voices for v in g)])
         if stamp.is_file():
             old = json.loads(stamp.read_text(encoding="utf-8"))
             if old.get("complete") and old.get("config") == want and all((out / s).is_dir() for s in SUBDIRS):
