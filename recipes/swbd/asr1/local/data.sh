@@ -43,7 +43,7 @@ elif [ -z "$swbd_root" ]; then
   eval2000_speech=$root/LDC2002S09/hub5e_00
   eval2000_transcripts=$root/LDC2002T43
   [ -n "$dev_utts" ] || dev_utts=150
-  log "no --swbd-root given: using the MINI Switchboard $root, synthesized with Debian's flite voices"
+  log "no --swbd-root given: using the MINI Switchboard $root, synthesized with Debian's flite voices${mini_more_train_voices:+ and $mini_more_train_voices}"
   utils/install_system_deps.sh flite
   [[ "$mini_more_train_voices" != *espeak* ]] || utils/install_system_deps.sh espeak-ng
   python local/make_mini_swbd.py --out "$root" --train-convs "$mini_train_convs" --segs-per-side "$mini_segs_per_side" \
