@@ -33,7 +33,9 @@ def run(recipe: Path, args: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 TINY = ["--mini-train-convs", "3", "--mini-segs-per-side", "5", "--mini-eval-convs", "1",
-        "--mini-eval-segs-per-side", "3", "--dev-utts", "6", "--unit-type", "bpe", "--vocab-size", "60"]   # (mini default: phones)
+        "--mini-eval-segs-per-side", "3", "--dev-utts", "6", "--unit-type", "bpe", "--vocab-size", "60",   # (mini default: phones)
+        "--mini-more-train-convs", "1", "--mini-more-train-voices", "espeak-en-us-m1 espeak-en-gb-scotland-f2",
+        "--mini-more-train-speakers", "2"]
 OVERRIDES = ["train.max_epochs=1", "train.max_steps_per_epoch=3", "model.options.hidden=32", "model.options.layers=1",
              "sync.period=1", "sync.warmup_steps=0", "data.max_frames=1000"]
 
@@ -59,7 +61,11 @@ def test_swbd_recipe_all_stages(prepared, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     data = recipe / "data"
     # stages 0-1: LDC layouts -> Kaldi data dirs with segments and reco2file_and_channel
-    assert len(list((data / "mini_swbd" / "LDC97S62" / "swb1_d1" / "data").glob("sw0*.sph"))) == 3
+    convs = sorted(f.stem for f in (data / "mini_swbd" / "LDC97S62" / "swb1_d1" / "data").glob("sw0*.sph"))
+    assert len(convs) == 4                # 3 of flite's voices, then 1 of two espeak-ng speakers
+    stats = json.loads((data / "mini_swbd" / "mini_swbd.json").read_text())["stats"]
+    assert {s.split()[0] for s in stats["sides"][convs[-1]].values()} == {"espeak-en-us-m1", "espeak-en-gb-scotland-f2"}
+    assert all(u.startswith(convs[0]) for u in (data / "train_dev" / "text").read_text().split("\n") if u)
     for d in ("train_nodup", "train_dev", "eval2000_swbd", "eval2000_callhome"):
         for f in ("segments", "reco2file_and_channel", "feats.scp", "text"):
             assert (data / d / f).is_file(), f"{d}/{f}"
