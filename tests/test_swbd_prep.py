@@ -268,8 +268,8 @@ def test_more_training_conversations_leave_the_corpus_and_train_dev_as_they_were
 
 @pytest.mark.parametrize("args, says", [
     (["--more-train-convs", "2"], "needs --more-train-voices"),
-    (["--more-train-convs", "2", "--more-train-voices", "kal espeak-*-m1", "--more-train-speakers", "1"], "2 in all"),
-    (["--more-train-convs", "2", "--more-train-voices", "kal; espeak-*-m1", "--more-train-speakers", "4"], "one number"),
+    (["--more-train-convs", "2", "--more-train-voices", "kal espeak-*-m1", "--more-train-speakers", "1"], "2 or more"),
+    (["--more-train-convs", "2", "--more-train-voices", "kal; espeak-*-m1", "--more-train-speakers", "4"], "1 number(s) for 2"),
     (["--more-train-convs", "2", "--more-train-voices", "kal; kal", "--more-train-speakers", "2 2"], "more than one"),
     (["--more-train-convs", "2", "--more-train-voices", "awb", "--more-train-speakers", "4"], "CallHome"),
     (["--more-train-convs", "2", "--more-train-voices", "nosuch-*", "--more-train-speakers", "4"], "no voice matches"),

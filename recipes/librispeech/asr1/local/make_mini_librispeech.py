@@ -788,6 +788,30 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
     return out
 
 
+def voice_groups(voices: str, speakers: str, voices_option: str, speakers_option: str
+                 ) -> tuple[list[list[str]], list[int]]:
+    """Groups of voices separated by ';' (patterns expanded; '' for none) and the number of speakers of each
+    (one number per group; "0", the default, one speaker per voice of every group), as options give them."""
+    groups = [expand_voices(g.split()) for g in voices.split(";")] if voices.strip() else []
+    try:
+        counts = [int(n) for n in speakers.split()] or [0]
+    except ValueError:
+        raise BuildError(f"{speakers_option} must be whole numbers, one per group of {voices_option}, "
+                         f"got {speakers!r}") from None
+    if any(n < 0 for n in counts):
+        raise BuildError(f"{speakers_option} must be >= 0")
+    if any(counts) and not groups:
+        raise BuildError(f"{speakers_option} needs {voices_option}")
+    if groups and counts != [0] and len(counts) != len(groups):
+        raise BuildError(f"{speakers_option} gives {len(counts)} number(s) for {len(groups)} group(s) of "
+                         f"{voices_option} (separated by ';')")
+    if any(not g for g in groups):
+        raise BuildError(f"{voices_option} has an empty group: {voices!r}")
+    if counts == [0]:
+        counts = [0] * len(groups)
+    return groups, [n or len(g) for n, g in zip(counts, groups)]
+
+
 def check_synthesizers(voices: Iterable[str]) -> None:
     """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones,
     piper-tts and the voice's package for the piper ones."""
@@ -1068,28 +1092,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
-        groups = ([expand_voices(g.split()) for g in args.train_only_voices.split(";")]
-                  if args.train_only_voices.strip() else [])
         dev_other = expand_voices(args.dev_other_voices.split()) if args.dev_other_voices.strip() else []
+        groups, counts = voice_groups(args.train_only_voices, args.train_only_speakers, "--train-only-voices",
+                                      "--train-only-speakers")
     except BuildError as e:
         ap.error(str(e))
-    try:
-        counts = [int(n) for n in args.train_only_speakers.split()]
-    except ValueError:
-        ap.error(f"--train-only-speakers must be whole numbers, one per group of --train-only-voices, "
-                 f"got {args.train_only_speakers!r}")
-    if any(n < 0 for n in counts):
-        ap.error("--train-only-speakers must be >= 0")
-    if any(counts) and not groups:
-        ap.error("--train-only-speakers needs --train-only-voices")
-    if groups and counts != [0] and len(counts) != len(groups):
-        ap.error(f"--train-only-speakers gives {len(counts)} number(s) for {len(groups)} group(s) of "
-                 f"--train-only-voices (separated by ';')")
-    if any(not g for g in groups):
-        ap.error(f"--train-only-voices has an empty group: {args.train_only_voices!r}")
-    if counts == [0]:                    # the default: one speaker per voice in every group
-        counts = [0] * len(groups)
-    counts = [n or len(g) for n, g in zip(counts, groups)]
     train_only, train_only_speakers = (groups[0], counts[0]) if groups else ([], 0)
     more_train_only = [[g, n] for g, n in zip(groups[1:], counts[1:])]
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,

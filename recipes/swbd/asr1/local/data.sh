@@ -26,7 +26,7 @@ mini_eval_convs=2       # eval2000 conversations of each half (SWB, CallHome) ..
 mini_eval_segs_per_side=12   # ... and their segments per side
 mini_more_train_convs=0      # more training conversations (after the others; train_dev keeps its own) ...
 mini_more_train_voices=""    # ... between speakers of these voices: flite's, espeak-ng's ('espeak-*-m1'), never awb ...
-mini_more_train_speakers=""  # ... this many speakers, one number per group (';' separates groups of voices), dealt in turn
+mini_more_train_speakers=0   # ... this many speakers, one number per group (';' separates groups of voices), dealt in turn
 test_only=false         # true: only eval2000 and its halves (no Switchboard-1 needed)
 mini_lm_wordnet=""      # WordNet 3.0's dict folder (Debian's wordnet-base: /usr/share/wordnet): its words and glosses
                         # join the mini corpus's LM text in data/lm_text.txt (the mini recipe's --lm-text)

@@ -609,23 +609,19 @@ def _write_stamp(path: Path, data: dict) -> None:
 def more_groups(ap: argparse.ArgumentParser, args) -> tuple[tuple, tuple]:
     """--more-train-voices' ';'-separated groups (patterns expanded) and --more-train-speakers' count for each."""
     try:
-        groups = tuple(tuple(mls.expand_voices(g.split())) for g in args.more_train_voices.split(";"))
+        groups, counts = mls.voice_groups(args.more_train_voices, args.more_train_speakers, "--more-train-voices",
+                                          "--more-train-speakers")
     except mls.BuildError as e:
-        ap.error(f"--more-train-voices: {e}")
-    try:
-        counts = tuple(int(n) for n in args.more_train_speakers.split())
-    except ValueError:
-        ap.error(f"--more-train-speakers takes one whole number per group, got {args.more_train_speakers!r}")
-    if not all(groups) or len(counts) != len(groups) or sum(counts) < 2 or min(counts) < 1:
-        ap.error(f"--more-train-convs {args.more_train_convs} needs --more-train-voices (groups separated by ';', "
-                 f"none empty) and --more-train-speakers (one number >= 1 per group, 2 in all): got "
-                 f"{args.more_train_voices!r} and {args.more_train_speakers!r}")
+        ap.error(str(e))
     voices = [v for g in groups for v in g]
+    if not groups or sum(counts) < 2:
+        ap.error(f"--more-train-convs {args.more_train_convs} needs --more-train-voices and 2 or more speakers in all "
+                 f"(--more-train-speakers): got {args.more_train_voices!r} and {args.more_train_speakers!r}")
     if len(set(voices)) < len(voices):
         ap.error(f"--more-train-voices names a voice in more than one group: {args.more_train_voices!r}")
     if CALLHOME_VOICE in voices:
         ap.error(f"--more-train-voices must not hold {CALLHOME_VOICE}, the voice of eval2000's CallHome half")
-    return groups, counts
+    return tuple(tuple(g) for g in groups), tuple(counts)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -649,8 +645,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="their voices: flite's, espeak-ng's (espeak-<accent>-<variant>, or patterns such as "
                          "'espeak-*-m1'), pico-*, piper-*; never CallHome's awb; ';' separates groups, "
                          "e.g. 'kal kal16 rms slt; espeak-*-m1 espeak-*-f2'")
-    ap.add_argument("--more-train-speakers", default="",
-                    help="their speakers, one number per group ('16 40'), dealt to the group's voices in turn")
+    ap.add_argument("--more-train-speakers", default="0",
+                    help="their speakers, one number per group ('16 40'), dealt to the group's voices in turn "
+                         "(0, the default: one speaker per voice)")
     ap.add_argument("--dev-segments", type=int, default=Config.dev_segments,
                     help="the first training segments (local/data.sh's --dev-utts), which the more training "
                          "conversations never read again")
