@@ -45,7 +45,10 @@ Training speakers are variants of kal, kal16, rms and slt (a speaker talks in se
 conversations, as in Switchboard); eval2000's SWB half has new variants of the same voices;
 its CallHome half is spoken by voice awb (Scottish English), never heard in training, so it is
 harder, as CallHome is. One segment per eval side is a noise-only segment the STM marks
-``IGNORE_TIME_SEGMENT_IN_SCORING``.
+``IGNORE_TIME_SEGMENT_IN_SCORING``. ``--more-train-convs N`` adds N training conversations between
+speakers of other voices (``--more-train-voices``: espeak-ng's, new variants of the flite voices, ...),
+named after the others and re-reading no train_dev sentence (``--dev-segments``); every file of the
+build without them stays as it was.
 
 Deterministic (a function of the arguments and the flite build); rerunning with the same
 arguments does nothing (``mini_swbd.json``); other arguments rebuild. A folder not built by
@@ -276,12 +279,12 @@ def plan_more_conversations(cfg: Config, texts: dict[str, list[mls.Sentence]],
             for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(pool)), pool)]
     conv_rng = random.Random(f"{cfg.seed}:swbd-more-conversations")
     first = 1 + max(int(c.name[2:]) for c in convs if c.corpus == "train")
-    if 9999 - first < cfg.more_train_convs:
+    if 10000 - first < cfg.more_train_convs:
         raise mls.BuildError(f"{cfg.more_train_convs} more training conversations do not fit the names "
                              f"sw0{first}-sw09999; ask for fewer")
     names = [f"sw0{n}" for n in sorted(conv_rng.sample(range(first, 10000), cfg.more_train_convs))]
     again = texts["train"][cfg.dev_segments:][::-1]
-    reading = texts["more"] + again
+    reading = texts.get("more", []) + again
     if not reading:
         raise mls.BuildError(f"no sentence left for the more training conversations: the training set's "
                              f"{len(texts['train'])} segments are all train_dev's (--dev-segments {cfg.dev_segments})")
