@@ -586,9 +586,9 @@ def plan_speakers(seed: int, train_per_voice: int, eval_per_voice: int, other_sp
     streams = [("train-only", "train-clean-100", *groups[0]),
                ("dev-other", "dev-other", dev_other_voices, other_speakers),
                *((f"train-only {k}", "train-clean-100", *g) for k, g in enumerate(groups[1:], 2)),
-               ("more train", "train-clean-100", list(train_voices) if more_train_speakers else [], more_train_speakers)]
+               ("more train", "train-clean-100", list(train_voices), more_train_speakers)]
     for k, (stream, subset, voices, n_all) in enumerate(streams):
-        if voices:
+        if voices and n_all:
             extra = _speakers_of_own_stream(f"{seed}:{stream} speakers", subset, voices, n_all, {s.id for s in speakers},
                                             avoid=speakers)
             for s in extra:
