@@ -8,6 +8,7 @@ the layout it writes is checked end to end: build -> data_prep -> validate_data_
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -591,6 +592,31 @@ def test_more_speakers_of_the_seen_voices_read_the_last_copy_and_change_nothing_
     with pytest.raises(SystemExit):
         mm.main(["--out", str(tmp_path / "cli"), "--more-train-speakers", "-2"])
     assert "error: --more-train-speakers must be >= 0, got -2" in capsys.readouterr().err
+
+def test_mbrola_voices_read_through_espeak_ng_and_say_what_to_install(monkeypatch, tmp_path):
+    assert mm.expand_voices(["mbrola-*"]) == ["mbrola-us1", "mbrola-us2", "mbrola-us3", "mbrola-en1"]
+    mm.check_synthesizers(["mbrola-us1", "mbrola-en1"])       # utils/install_system_deps.sh installs them
+    spk = mm.Speaker(1, "train-clean-100", "mbrola-en1", 1.1, 110.0, 0.95, -3.0)
+    assert spk.espeak_args() == ["-v", "mb-en1", "-s", str(round(175 / (1.1 * 0.95))), "-p",
+                                 str(round(50 * 110.0 / 0.95 / 100.0))]
+    assert spk.gender == "M" and mm.VOICES["mbrola-us1"].gender == "F" and spk.name().startswith("mbrola-en1 f0=110Hz")
+    text = "The river flows through the old town."
+    x, rate = mm.synthesize(text, spk)
+    assert rate == mm.RATE and x.dtype == np.float32 and np.abs(x).max() > 0.05
+    y, _ = mm.synthesize(text, mm.Speaker(2, "train-clean-100", "mbrola-en1", 0.8, 110.0, 0.95, -3.0))
+    assert 1.0 < len(y) / mm.RATE < len(x) / mm.RATE < 5.0    # the tempo reaches the engine
+    other, _ = mm.synthesize(text, mm.Speaker(3, "train-clean-100", "mbrola-us2", 1.1, 110.0, 0.95, -3.0))
+    assert len(other) != len(x) or not np.array_equal(other, x)   # another voice database reads it
+    monkeypatch.setattr(mm, "MBROLA_DIR", tmp_path)
+    with pytest.raises(mm.BuildError, match=rf"the MBROLA voice us2 is not installed \({tmp_path}/us2/us2 is missing; "
+                                            r"the voice mbrola-us2 needs it\); install them with: "
+                                            r"utils/install_system_deps.sh mbrola"):
+        mm.check_synthesizers(["mbrola-us2"])
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda cmd: None if cmd == "mbrola" else real_which(cmd))
+    with pytest.raises(mm.BuildError, match=r"the 'mbrola' program is not installed \(the mbrola-\* voices need it\)"):
+        mm.check_synthesizers(["mbrola-us2"])
+
 
 def test_piper_voices_say_what_to_install(monkeypatch):
     import importlib.util

