@@ -48,9 +48,12 @@ if [[ " $pkgs" == *" mbrola"* ]] && ! apt-cache policy mbrola-us1 2>/dev/null | 
   [ "${ID:-}" = debian ] && [ -n "${VERSION_CODENAME:-}" ] || { echo "install_system_deps: mbrola and its voices" \
     "(mbrola-us1 ...) are not in the package lists; they are in Debian's contrib and non-free, Ubuntu's multiverse:" \
     "enable those and run this again" >&2; exit 1; }
-  echo "install_system_deps: enabling Debian's contrib and non-free for $VERSION_CODENAME" \
-       "(/etc/apt/sources.list.d/gossip-accel-mbrola.list)" >&2
-  echo "deb http://deb.debian.org/debian $VERSION_CODENAME contrib non-free" >/etc/apt/sources.list.d/gossip-accel-mbrola.list
-  apt-get update -qq >&2 || fail
+  list=/etc/apt/sources.list.d/gossip-accel-mbrola.list
+  echo "install_system_deps: enabling Debian's contrib and non-free for $VERSION_CODENAME ($list)" >&2
+  # the same keyring as the system's deb.debian.org entry (apt refuses one source with two Signed-By values)
+  keyring=$(sed -n 's/^Signed-By: *//p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+  opts=""; [ ! -f "$keyring" ] || opts="[signed-by=$keyring] "
+  echo "deb ${opts}http://deb.debian.org/debian $VERSION_CODENAME contrib non-free" >"$list"
+  apt-get update -qq >&2 || { rm -f "$list"; fail; }   # leave apt as it was
 fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >&2 || fail
