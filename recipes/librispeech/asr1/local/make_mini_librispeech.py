@@ -104,6 +104,8 @@ ESPEAK_HINT = "install it with: apt-get install --no-install-recommends espeak-n
 PICO_HINT = "install it with: pip install ttspico==0.3.2   (requirements.txt; the project's venv has it)"
 PIPER_HINT = "install them with: pip install -r requirements-piper.txt   (the repository's; data.sh does it when asked)"
 MBROLA_DIR = Path("/usr/share/mbrola")   # where espeak-ng looks for MBROLA's voice databases (<db>/<db>)
+FESTIVAL_DIR = Path("/usr/share/festival/voices/english")   # <voice>/festvox/<voice>.scm: Festival's English voices
+FESTIVAL_HINT = "install them with: utils/install_system_deps.sh festival   (as root; the festvox-us*/en1 voices need MBROLA's)"
 MBROLA_HINT = ("install them with: utils/install_system_deps.sh mbrola   (as root; Debian's mbrola is in contrib and its "
                "voices in non-free, which that script enables)")
 
@@ -118,7 +120,10 @@ class Voice:
     description: str
     min_target: float = 60.0     # int_f0_target_mean below this breaks the voice (kal: pitch jumps up)
     engine: str = "flite"        # "flite", "espeak" (espeak-ng: voice <accent>+<variant>), "pico" (SVOX Pico: language),
-    #                              "mbrola" (espeak-ng's mb-<db>) or "piper" (the Python package of the voice's model)
+    #                              "mbrola" (espeak-ng's mb-<db>), "festival" (Festival's voice_<name>) or "piper" (the
+    #                              Python package of the voice's model)
+    f0_std: float = 0.0          # festival: the voice's own pitch spread (Hz, int_lr_params target_f0_std)
+    stretch: float = 1.0         # festival: the voice's own Duration_Stretch
 
 
 VOICES = {
@@ -159,6 +164,18 @@ for _db, _gender, _f0, _what in (("us1", "F", 170.0, "US female"), ("us2", "M", 
     VOICES[f"mbrola-{_db}"] = Voice(f"mb-{_db}", _gender, _f0, True, (_f0 * 0.8, _f0 * 1.25),
                                     f"MBROLA {_db}, {_what}, diphone (espeak-ng's prosody)", 0.0, "mbrola")
 del _db, _gender, _f0, _what
+# Festival (its own front end: the CMU lexicon for the US voices, as flite's, and OALD for the British ones, where the
+# mbrola-* voices above read espeak-ng's phones): MBROLA's four databases through Festival (festvox-us1/us2/us3/en1,
+# non-free like the databases) and two diphone voices of its own (festvox-kdlpc16k, festvox-rablpc16k). Pitch is the
+# intonation model's target mean (spread scaled with it), tempo the voice's Duration_Stretch times the speaker's.
+for _v, _gender, _f0, _std, _stretch, _what in (
+        ("us1_mbrola", "F", 160.0, 34.0, 1.1, "US female, MBROLA us1"), ("us2_mbrola", "M", 90.0, 15.0, 1.05, "US male, MBROLA us2"),
+        ("us3_mbrola", "M", 105.0, 16.0, 1.0, "US male, MBROLA us3"),
+        ("en1_mbrola", "M", 110.0, 15.0, 0.95, "British English male, MBROLA en1"),
+        ("ked_diphone", "M", 105.0, 15.0, 1.1, "US male, diphone"), ("rab_diphone", "M", 105.0, 14.0, 1.05, "British English male, diphone")):
+    VOICES[f"festival-{_v.split('_')[0]}"] = Voice(_v, _gender, _f0, True, (_f0 * 0.8, _f0 * 1.25),
+                                                   f"Festival {_v}, {_what}", 0.0, "festival", _std, _stretch)
+del _v, _gender, _f0, _std, _stretch, _what
 TRAIN_VOICES = ("kal", "kal16", "rms", "slt")
 OTHER_VOICE = "awb"              # test-other only: never heard in training
 # dev-other: voices heard neither in training nor in test-other: espeak-ng's variant m2 of its 7 accents and f4
@@ -469,6 +486,14 @@ class Speaker:
         pitch = min(99, max(0, round(50 * self.f0 / self.warp / v.f0)))
         return ["-v", v.name, "-s", str(round(ESPEAK_RATE / (self.stretch * self.warp))), "-p", str(pitch)]
 
+    def festival_eval(self) -> str:
+        """The Scheme that selects the voice and, followed by the warp, gives this speaker's pitch and tempo."""
+        v = VOICES[self.voice]
+        f0 = self.f0 / self.warp
+        return (f"(begin (voice_{v.name}) (set! int_lr_params '((target_f0_mean {f0:.2f}) "
+                f"(target_f0_std {v.f0_std * f0 / v.f0:.2f}) (model_f0_mean 170) (model_f0_std 34))) "
+                f"(Parameter.set 'Duration_Stretch {v.stretch * self.stretch * self.warp:.4f}))")
+
     def pico_settings(self) -> tuple[str, int, int]:
         """(language, rate %, pitch %) of SVOX Pico that, followed by the warp, give this speaker."""
         v = VOICES[self.voice]
@@ -735,6 +760,18 @@ def espeak_synthesize(text: str, spk: Speaker):
     return (x.mean(axis=1) if x.ndim > 1 else x), rate
 
 
+def festival_synthesize(text: str, spk: Speaker):
+    """(float32 samples, rate) of a Festival voice reading text with the speaker's pitch and tempo (text2wave; raw
+    samples at 16 kHz, as a RIFF header written to a pipe says 0 samples)."""
+    import numpy as np
+    r = subprocess.run(["text2wave", "-eval", spk.festival_eval(), "-otype", "raw", "-F", str(RATE), "-o", "/dev/stdout"],
+                       input=text.encode(), capture_output=True, check=False)
+    if r.returncode != 0 or len(r.stdout) < 2:
+        raise BuildError(f"Festival's text2wave failed (exit {r.returncode}) for {spk.voice!r} on {text!r}: "
+                         f"{r.stderr.decode(errors='replace').strip()[:300]}")
+    return np.frombuffer(r.stdout[:len(r.stdout) // 2 * 2], dtype=np.int16).astype(np.float32) / 32768.0, RATE
+
+
 _pico = threading.local()       # one SVOX Pico engine per thread and language (the engine is not thread-safe)
 
 
@@ -791,7 +828,7 @@ def piper_synthesize(text: str, spk: Speaker):
 
 
 SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "mbrola": espeak_synthesize,
-                "pico": pico_synthesize, "piper": piper_synthesize}
+                "festival": festival_synthesize, "pico": pico_synthesize, "piper": piper_synthesize}
 
 
 def synthesize(text: str, spk: Speaker):
@@ -810,7 +847,8 @@ def expand_voices(patterns: Iterable[str]) -> list[str]:
                              f"espeak-ng: espeak-<accent>-<variant>, accents {' '.join(ESPEAK_ACCENTS)}, "
                              f"variants {' '.join(ESPEAK_VARIANTS)}; SVOX Pico: "
                              f"{' '.join(v for v in VOICES if VOICES[v].engine == 'pico')}; MBROLA: "
-                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'mbrola')}; Piper: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'mbrola')}; Festival: "
+                             f"{' '.join(v for v in VOICES if VOICES[v].engine == 'festival')}; Piper: "
                              f"{' '.join(v for v in VOICES if VOICES[v].engine == 'piper')})")
         out += [v for v in hits if v not in out]
     return out
@@ -842,7 +880,7 @@ def voice_groups(voices: str, speakers: str, voices_option: str, speakers_option
 
 def check_synthesizers(voices: Iterable[str]) -> None:
     """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, espeak-ng, mbrola and the
-    voice's database for the mbrola ones, ttspico for the pico ones, piper-tts and the voice's package for the
+    voice's database for the mbrola ones, text2wave and the voice (and mbrola) for the festival ones, ttspico for the pico ones, piper-tts and the voice's package for the
     piper ones."""
     import importlib.util
     voices = list(voices)
@@ -858,6 +896,16 @@ def check_synthesizers(voices: Iterable[str]) -> None:
         if not (MBROLA_DIR / db / db).is_file():
             raise BuildError(f"the MBROLA voice {db} is not installed ({MBROLA_DIR / db / db} is missing; the voice {v} "
                              f"needs it); {MBROLA_HINT}")
+    festival = [v for v in voices if VOICES[v].engine == "festival"]
+    if festival and shutil.which("text2wave") is None:
+        raise BuildError(f"Festival's 'text2wave' is not installed (the festival-* voices need it); {FESTIVAL_HINT}")
+    for v in festival:
+        scm = FESTIVAL_DIR / VOICES[v].name / "festvox" / f"{VOICES[v].name}.scm"
+        if not scm.is_file():
+            raise BuildError(f"the Festival voice {VOICES[v].name} is not installed ({scm} is missing; the voice {v} "
+                             f"needs it); {FESTIVAL_HINT}")
+        if VOICES[v].name.endswith("_mbrola") and shutil.which("mbrola") is None:
+            raise BuildError(f"the 'mbrola' program is not installed (the voice {v} needs it); {FESTIVAL_HINT}")
     if any(VOICES[v].engine == "pico" for v in voices) and importlib.util.find_spec("ttspico") is None:
         raise BuildError(f"the Python package 'ttspico' is not installed (the pico-* voices need it); {PICO_HINT}")
     for v in (v for v in voices if VOICES[v].engine == "piper"):
