@@ -31,7 +31,8 @@ done
 cmds=()
 for cmd in "$@"; do
   [ "$cmd" != festival ] || cmd=text2wave
-  cmds+=("$cmd"); [ -z "${voice_files[$cmd]+x}" ] || cmds+=(${voice_files[$cmd]})
+  cmds+=("$cmd")
+  for f in ${voice_files[$cmd]-}; do cmds+=("$f"); done
 done
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()
