@@ -105,7 +105,8 @@ PICO_HINT = "install it with: pip install ttspico==0.3.2   (requirements.txt; th
 PIPER_HINT = "install them with: pip install -r requirements-piper.txt   (the repository's; data.sh does it when asked)"
 MBROLA_DIR = Path("/usr/share/mbrola")   # where espeak-ng looks for MBROLA's voice databases (<db>/<db>)
 FESTIVAL_DIR = Path("/usr/share/festival/voices/english")   # <voice>/festvox/<voice>.scm: Festival's English voices
-FESTIVAL_HINT = "install them with: utils/install_system_deps.sh festival   (as root; the festvox-us*/en1 voices need MBROLA's)"
+FESTIVAL_HINT = ("install them with: utils/install_system_deps.sh festival   (as root; the festival-us*/en1 voices "
+                 "need MBROLA's)")
 MBROLA_HINT = ("install them with: utils/install_system_deps.sh mbrola   (as root; Debian's mbrola is in contrib and its "
                "voices in non-free, which that script enables)")
 
@@ -168,11 +169,14 @@ del _db, _gender, _f0, _what
 # mbrola-* voices above read espeak-ng's phones): MBROLA's four databases through Festival (festvox-us1/us2/us3/en1,
 # non-free like the databases) and two diphone voices of its own (festvox-kdlpc16k, festvox-rablpc16k). Pitch is the
 # intonation model's target mean (spread scaled with it), tempo the voice's Duration_Stretch times the speaker's.
+# (f0, its spread and the stretch: the voice's own settings in its festvox/<voice>.scm)
 for _v, _gender, _f0, _std, _stretch, _what in (
-        ("us1_mbrola", "F", 160.0, 34.0, 1.1, "US female, MBROLA us1"), ("us2_mbrola", "M", 90.0, 15.0, 1.05, "US male, MBROLA us2"),
+        ("us1_mbrola", "F", 160.0, 34.0, 1.1, "US female, MBROLA us1"),
+        ("us2_mbrola", "M", 90.0, 15.0, 1.05, "US male, MBROLA us2"),
         ("us3_mbrola", "M", 105.0, 16.0, 1.0, "US male, MBROLA us3"),
         ("en1_mbrola", "M", 110.0, 15.0, 0.95, "British English male, MBROLA en1"),
-        ("ked_diphone", "M", 105.0, 15.0, 1.1, "US male, diphone"), ("rab_diphone", "M", 105.0, 14.0, 1.05, "British English male, diphone")):
+        ("ked_diphone", "M", 105.0, 15.0, 1.1, "US male, diphone"),
+        ("rab_diphone", "M", 105.0, 14.0, 1.05, "British English male, diphone")):
     VOICES[f"festival-{_v.split('_')[0]}"] = Voice(_v, _gender, _f0, True, (_f0 * 0.8, _f0 * 1.25),
                                                    f"Festival {_v}, {_what}", 0.0, "festival", _std, _stretch)
 del _v, _gender, _f0, _std, _stretch, _what
@@ -764,8 +768,8 @@ def festival_synthesize(text: str, spk: Speaker):
     """(float32 samples, rate) of a Festival voice reading text with the speaker's pitch and tempo (text2wave; raw
     samples at 16 kHz, as a RIFF header written to a pipe says 0 samples)."""
     import numpy as np
-    r = subprocess.run(["text2wave", "-eval", spk.festival_eval(), "-otype", "raw", "-F", str(RATE), "-o", "/dev/stdout"],
-                       input=text.encode(), capture_output=True, check=False)
+    r = subprocess.run(["text2wave", "-eval", spk.festival_eval(), "-otype", "raw", "-F", str(RATE),
+                        "-o", "/dev/stdout"], input=text.encode(), capture_output=True, check=False)
     if r.returncode != 0 or len(r.stdout) < 2:
         raise BuildError(f"Festival's text2wave failed (exit {r.returncode}) for {spk.voice!r} on {text!r}: "
                          f"{r.stderr.decode(errors='replace').strip()[:300]}")
@@ -832,7 +836,8 @@ SYNTHESIZERS = {"flite": flite_synthesize, "espeak": espeak_synthesize, "mbrola"
 
 
 def synthesize(text: str, spk: Speaker):
-    """The speaker's synthesizer (flite, espeak-ng (MBROLA's too), SVOX Pico or Piper, as its voice says) reading text."""
+    """The speaker's synthesizer (flite, espeak-ng (MBROLA's too), Festival, SVOX Pico or Piper, as its voice says)
+    reading text."""
     return SYNTHESIZERS[VOICES[spk.voice].engine](text, spk)
 
 
@@ -880,8 +885,8 @@ def voice_groups(voices: str, speakers: str, voices_option: str, speakers_option
 
 def check_synthesizers(voices: Iterable[str]) -> None:
     """flite (and its voices) for the flite voices, espeak-ng for the espeak ones, espeak-ng, mbrola and the
-    voice's database for the mbrola ones, text2wave and the voice (and mbrola) for the festival ones, ttspico for the pico ones, piper-tts and the voice's package for the
-    piper ones."""
+    voice's database for the mbrola ones, text2wave and the voice (and mbrola) for the festival ones, ttspico for
+    the pico ones, piper-tts and the voice's package for the piper ones."""
     import importlib.util
     voices = list(voices)
     check_flite([v for v in voices if VOICES[v].engine == "flite"])
