@@ -18,26 +18,25 @@
 set -euo pipefail
 declare -A need=([flite]=flite [espeak-ng]=espeak-ng [ip]=iproute2 [tc]=iproute2 [sysctl]=procps [ffmpeg]=ffmpeg
                  [/usr/share/dict/american-english-huge]=wamerican-huge [/usr/share/wordnet/data.noun]=wordnet-base
-                 [mbrola]=mbrola [text2wave]=festival)
-declare -A voice_files=([mbrola]="" [text2wave]="")   # "mbrola", "festival": the program and its voices
+                 [mbrola]=mbrola [festival]=festival)
+declare -A voice_files=([mbrola]="" [festival]="")   # "mbrola", "festival": the program and its voices
 for v in us1 us2 us3 en1; do
   need[/usr/share/mbrola/$v/$v]=mbrola-$v; voice_files[mbrola]+=" /usr/share/mbrola/$v/$v"
 done
 for v in us1_mbrola:festvox-us1 us2_mbrola:festvox-us2 us3_mbrola:festvox-us3 en1_mbrola:festvox-en1 \
          ked_diphone:festvox-kdlpc16k rab_diphone:festvox-rablpc16k; do
   f=/usr/share/festival/voices/english/${v%%:*}/festvox/${v%%:*}.scm
-  need[$f]=${v#*:}; voice_files[text2wave]+=" $f"
+  need[$f]=${v#*:}; voice_files[festival]+=" $f"
 done
 cmds=()
 for cmd in "$@"; do
-  [ "$cmd" != festival ] || cmd=text2wave
   cmds+=("$cmd")
   for f in ${voice_files[$cmd]-}; do cmds+=("$f"); done
 done
 [ $# -gt 0 ] || cmds=("${!need[@]}")
 missing=()
 for cmd in "${cmds[@]}"; do
-  [ -n "${need[$cmd]+x}" ] || { echo "install_system_deps: unknown command or file '$cmd' (known: ${!need[*]} festival)" >&2; exit 1; }
+  [ -n "${need[$cmd]+x}" ] || { echo "install_system_deps: unknown command or file '$cmd' (known: ${!need[*]})" >&2; exit 1; }
   case $cmd in
     /*) [ -f "$cmd" ] || missing+=("${need[$cmd]}") ;;
     *) command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}") ;;
@@ -52,7 +51,9 @@ fi
 echo "install_system_deps: apt-get install $pkgs" >&2
 fail() { echo "install_system_deps: could not install $pkgs- install them with 'apt-get install $pkgs'" >&2; exit 1; }
 apt-get update -qq >&2 || fail
-absent=$(for p in $pkgs; do apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]' || echo -n "$p "; done)
+# (grep reads all of apt-cache's output: with -q it could stop early, and pipefail would take apt-cache's SIGPIPE
+# for "no candidate")
+absent=$(for p in $pkgs; do apt-cache policy "$p" 2>/dev/null | grep 'Candidate: [0-9]' >/dev/null || echo -n "$p "; done)
 if [ -n "$absent" ]; then
   # MBROLA and some Festival voices are in Debian's contrib, MBROLA's voices in non-free: enable both for this
   # release (a file of our own)
