@@ -5,14 +5,13 @@ LibriSpeech's lexicon the words CMUdict lacks.
 and letter-to-sound rules, i.e. exactly how the flite voices of the mini LibriSpeech say a word.
 Phones are CMU ARPAbet in lower case without stress marks (``drumheller`` -> ``d r ah m hh eh l er``),
 as ``flite -ps`` prints what a voice speaks. Words go to ``t2p`` in batches, one sentence per word
-(``w1. ; w2. ; ...``), and the phones between its pauses are split back into words; a batch whose count of
-pauses does not match its words is redone one word per call. The ``;`` cuts flite's part-of-speech context
-between the words (without it, ``will. read.`` reads ``r iy d`` and ``to. record.`` ``r ax k ao r d``), so a
-lexicon does not depend on the order of its words. A homograph gets both of flite's readings, as CMUdict
-lists ``RECORD R EH1 K ER0 D`` and ``R IH0 K AO1 R D``: the word said alone (first: the one a training
-label uses) and said after ``to`` (a verb's: ``r ax k ao r d``), in a second batch (``to. w1. ; to. w2. ;``).
-About 0.5 ms a word for the two (one ``t2p`` at a time, beside two trainings on 2 cores; 0.2 the first alone); the
-batches run in parallel, one ``t2p`` per CPU. A word alone is
+(``w1. ; ; w2. ; ; ...``), and the phones between its pauses are split back into words; a batch whose count of
+pauses does not match its words is redone one word per call. The two ``;`` cut flite's part-of-speech context
+between the words (without them ``will. record.`` reads ``r ax k ao r d`` and ``will. use.`` ``y uw z``; one ``;``
+still lets 54 of 65 homographs of the mini corpus's lexicon change with a modal before them), so every word is
+read as alone (a homograph: flite's first reading, ``r eh k er d``) and a lexicon does not depend on the order of
+its words. The separators cost about 40% more time in ``t2p`` (measured on 6k-20k words beside two trainings; no
+other separator tried cuts the context); the batches run in parallel, one ``t2p`` per CPU. A word alone is
 said as in isolation, so the article ``a`` would be the letter (``ey``); it gets the reduced ``ax``
 that the voices say in running text first, and ``ey`` second (as LibriSpeech's lexicon: ``A AH0``, ``A EY1``).
 
@@ -50,20 +49,12 @@ def _t2p(text: str) -> list[list[str]]:
     return groups
 
 
-def _readings(batch: list[str], before: str) -> list[list[str]]:
-    """The phones of each word of ``batch`` said after the words ``before`` (empty for a word flite says
-    nothing for); a ``;`` cuts the context before each."""
-    k = 1 + len(before.split())
-    groups = _t2p(" ".join(f"{before}{w.lower()}. ;" for w in batch))
-    if len(groups) != k * len(batch):   # a word said as two phrases, or as nothing: one call each
-        return [sum(_t2p(f"{before}{w.lower()}.")[k - 1:], []) for w in batch]
-    return groups[k - 1::k]
-
-
-def _t2p_batch(batch: list[str]) -> list[list[list[str]]]:
-    """Each word's readings: alone first, then after ``to`` (a verb's) where that differs."""
-    alone, verb = _readings(batch, ""), _readings(batch, "to. ")
-    return [[a] + [v for v in (b,) if v and v != a] if a else [] for a, b in zip(alone, verb)]
+def _t2p_batch(batch: list[str]) -> list[list[str]]:
+    """The phones of each word of ``batch`` (empty for a word flite says nothing for)."""
+    groups = _t2p(" ".join(f"{w.lower()}. ; ;" for w in batch))
+    if len(groups) != len(batch):   # a word said as two phrases, or as nothing: one call each
+        groups = [sum(_t2p(f"{w.lower()}."), []) for w in batch]
+    return groups
 
 
 def flite_g2p(words: Iterable[str], jobs: int = 0) -> dict[str, list[list[str]]]:
@@ -76,8 +67,8 @@ def flite_g2p(words: Iterable[str], jobs: int = 0) -> dict[str, list[list[str]]]
     batches = [words[i:i + _BATCH] for i in range(0, len(words), _BATCH)]
     prons: dict[str, list[list[str]]] = {}
     with ThreadPoolExecutor(max_workers=jobs or len(os.sched_getaffinity(0))) as pool:   # threads wait on t2p
-        for batch, readings in zip(batches, pool.map(_t2p_batch, batches)):
-            prons.update((w, _RUNNING_TEXT.get(w.lower(), r)) for w, r in zip(batch, readings) if r)
+        for batch, groups in zip(batches, pool.map(_t2p_batch, batches)):
+            prons.update((w, _RUNNING_TEXT.get(w.lower(), [g])) for w, g in zip(batch, groups) if g)
     return prons
 
 
